@@ -103,3 +103,19 @@ def test_an_identity_cross_encoder_fine_tuned_as_regression_exports_its_activati
     plain = _task("regression")
     lmforge.save(plain.model, tmp_path / "plain", format="hf")
     assert "sentence_transformers" not in json.loads((tmp_path / "plain" / "config.json").read_text())
+
+
+def test_a_max_len_past_the_models_positions_is_refused_not_cut_unsaid():
+    """max_len=500 on a model of 128 positions trained and evaluated at 128 tokens, unsaid (task.json said
+    128); the default (128) still reads to a shorter model's context."""
+    from lmforge.config.options import OptionsError
+
+    records = sentiment()["train"][:8]
+    with pytest.raises(OptionsError, match=r"^max_len=500: more tokens than the model reads "
+                                           r"\(max_seq_len=128\)$") as err:
+        make_task("cls", tiny("bert-base", n_layers=1), tokenizer(), records, TaskConfig(max_len=500))
+    assert err.value.field == "max_len"
+    given = make_task("cls", tiny("bert-base", n_layers=1), tokenizer(), records, TaskConfig(max_len=128))
+    assert given.max_len == 128
+    short = lmforge.build(lmforge.tiny("bert-base", vocab_size=320, max_seq_len=64, n_layers=1))
+    assert make_task("cls", short, tokenizer(), records, TaskConfig()).max_len == 64

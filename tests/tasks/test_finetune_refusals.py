@@ -151,3 +151,41 @@ def test_a_model_object_without_its_tokenizer_and_elmo_are_refused_naming_their_
     with pytest.raises(OptionsError, match="ELMo is fine-tuned feature-based.*lmforge features") as err:
         finetune(elmo, tokenizer(), "cls", records, None, tmp_path / "o", cfg)
     assert err.value.field == "model" and not (tmp_path / "o" / "checkpoints").exists()
+
+
+def test_a_python_run_never_writes_over_the_model_or_tokenizer_it_reads(tmp_path):
+    """finetune(DIR, out=DIR) wrote checkpoints/ and final/ into the model folder, and out=RUN of a model in
+    RUN/final would have replaced it at the end, where --out refuses both before any work."""
+    from lmforge.utils.atomic import UnsafePath
+
+    model = tmp_path / "run" / "final"
+    tiny(n_layers=1).save(model)
+    tokenizer().save(model)
+    before, train = sorted(model.iterdir()), sentiment()["train"][:8]
+    for given, tok, out, field in [(str(model), None, model, "model"),
+                                   (str(model), None, model.parent, "model"),
+                                   (lmforge.load(model), str(model), model, "model"),
+                                   (tiny(n_layers=1), str(model), model, "tokenizer")]:
+        with pytest.raises(UnsafePath, match=f"^out {out} would write over the input {field} ") as err:
+            finetune(given, tok, "cls", train, None, out, cfg(steps=1), log=quiet)
+        assert err.value.field == "out"
+    assert sorted(model.iterdir()) == before and sorted(model.parent.iterdir()) == [model]
+
+
+def test_evaluate_never_writes_its_predictions_over_a_file_of_the_model_folder(tmp_path):
+    """evaluate(DIR, records, out=DIR/task.json) replaced the model's task.json with its predictions (the
+    folder no longer loaded), where the command's --out is refused; a file of another name is written."""
+    from lmforge.tasks.finetune import evaluate
+    from lmforge.utils.atomic import UnsafePath
+    from tests.tasks.core import saved_classifier
+
+    records = sentiment()["validation"][:4]
+    model = saved_classifier(tmp_path / "m", "bert-base", "bert", sentiment()["train"], 32)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    for name in ("task.json", "config.json", "model.safetensors"):
+        with pytest.raises(UnsafePath, match=f"^out {model / name} would write over the input model ") as err:
+            evaluate(str(model), records, out=model / name)
+        assert err.value.field == "out"
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    evaluate(str(model), records, out=model / "predictions.jsonl")
+    assert len((model / "predictions.jsonl").read_text().splitlines()) == 4

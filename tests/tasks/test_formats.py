@@ -63,6 +63,9 @@ def test_a_choice_label_that_is_no_whole_index_is_refused(tmp_path, label):
     ("g.jsonl", '{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n', "cls", None,
      r"g.jsonl:2: empty line"),
     ("h.jsonl", '{"text": "a", "label": 1}\n{}\n', "cls", None, r"h.jsonl:2: empty record"),
+    # a line that is JSON but no object was called an empty record
+    ("n.jsonl", '{"text": "a", "label": 1}\n[1, 2]\n', "cls", None, r"n.jsonl:2: not a JSON object: \[1, 2"),
+    ("o.jsonl", '{"text": "a", "label": 1}\nnull\n', "cls", None, r"o.jsonl:2: not a JSON object: null \("),
     ("i.jsonl", '{"text": "a", "label": 1}\n{"text": "b",\n', "cls", None, r"i.jsonl:2: not valid JSON"),
     ("j.csv", b"text,label\nok,1\ncaf\xe9,0\n", "cls", None,
      r"j.csv:3: not valid UTF-8 \(byte 0xe9 at column 4\)"),
@@ -288,3 +291,11 @@ def test_a_regression_label_that_is_not_finite_is_refused_naming_file_and_line(t
     with pytest.raises(ValueError, match="not a finite number") as err:
         read_records(path, "regression")
     assert str(err.value).startswith(f"{path}:{line}:")
+
+
+def test_no_records_to_evaluate_is_refused_naming_the_argument():
+    """evaluate(model, []) failed inside the scoring, "no examples to score": a plain ValueError naming
+    nothing (an empty file is refused by its reader)."""
+    with pytest.raises(OptionsError, match=r"^data: no records \(an empty list\): nothing to") as err:
+        gold_given([], "data", field="data")
+    assert err.value.field == "data"

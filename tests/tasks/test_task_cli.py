@@ -243,3 +243,13 @@ def test_finetune_standard_output_is_the_summary_alone_and_its_notes_on_standard
         assert json.loads(said.out)["steps"] == steps  # the whole of it: one JSON object
         assert "were cut" in said.err and "warmup=" in said.err
     assert "resumed from" in said.err
+
+
+def test_a_max_len_past_the_models_positions_exits_2_and_writes_nothing(model_dir, tmp_path, capsys):
+    """finetune max_len=500 on a model of 128 positions ran at 128 tokens, exit 0 (task.json said 128)."""
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", str(model_dir), "--builtin", "sentiment", "--out", str(out),
+                 "--steps", "2", "max_len=500", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "max_len=500: more tokens than the model reads (max_seq_len=128)" in err
+    assert not out.exists()

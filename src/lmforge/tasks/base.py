@@ -76,13 +76,18 @@ def option_owners() -> dict:
     return owners
 
 
-def check_read(task: str, read: tuple, cfg) -> None:
+def check_read(task: str, read: tuple, cfg, model_config=None) -> None:
     """An OptionsError naming the first option of another kind of task (qa's doc_stride, seq2seq's
     num_beams, rerank's loss, a text-to-text prefix ...) set in `cfg` (a TaskConfig) but not one the
-    `task` reads: such an option is refused, never ignored."""
+    `task` reads: such an option is refused, never ignored; and max_len set past the positions of the model
+    (of config `model_config`), which the task would cut to them unsaid (its default, 128, reads to a
+    shorter model's context)."""
     owners = option_owners()  # name -> the kinds of task that read it
     refuse_changed(cfg, [name for name in owners if name not in read], lambda name: f"an option of "
                    f"{' and '.join(owners[name])} tasks; a {task} task does not read it")
+    if model_config is not None and cfg.max_len > model_config.max_seq_len:
+        refuse_changed(cfg, ("max_len",), f"more tokens than the model reads (max_seq_len="
+                       f"{model_config.max_seq_len})")
 
 
 def _reusable_pooler(model: nn.Module):

@@ -41,7 +41,7 @@ from lmforge.train.config import check_device, check_ranks, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
 from lmforge.utils.atomic import replace_dir
-from lmforge.utils.model_folder import record_sums
+from lmforge.utils.model_folder import apart_from_inputs, record_sums
 
 TASK_FILE = "task.json"
 # derive_seed streams of the run's seed (train/data.py and train/loop.py use 1-3): a fresh task
@@ -258,7 +258,7 @@ def make_task(kind: str, model, tokenizer, train: list, cfg: TaskConfig, labels:
     cls = text2text.CLASSES[kind] if text else task_class(kind)
     labels = labels if labels is not None else cls.labels_from(train)
     read = ("prefix",) if text else cls.options
-    check_read(kind if not text else f"text-to-text {kind}", read, cfg)
+    check_read(kind if not text else f"text-to-text {kind}", read, cfg, model.config)
     return cls(model, tokenizer, labels=labels, max_len=cfg.max_len, **{n: getattr(cfg, n) for n in read})
 
 
@@ -308,7 +308,7 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
     of task `kind`, validating on `valid`; writes under `out` (the module docstring); returns the summary."""
     check_ranks(train_cfg)  # under torchrun: parallel=none, no GPU for this process: refused before any work
     train = training_records(kind, train)  # an unknown kind, or no records: refused before any work
-    task_cfg, out = task_cfg or TaskConfig(), training_folder(out)  # a link there: refused before any work
+    task_cfg, out = task_cfg or TaskConfig(), training_folder(out, model=model, tokenizer=tokenizer)
     if not valid:
         check_validated(train_cfg, task_cfg)
     # Python's records as a file's are read (a dataset's integer class ids become the labels "0", "1", ...)
@@ -385,6 +385,7 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and max_len) on
     labelled `records`; predictions written to `out` (JSONL) when given. Records without labels get only
     predictions ({} metrics). `log` (default: standard error) is told of records cut to max_len tokens."""
+    out = apart_from_inputs(out, model=model, tokenizer=tokenizer)  # never a file of the model folder read
     records, known = record_list(records, "data"), saved_kind(model, kind)  # a generator is read once, here
     # each record checked before the model is loaded, by the kind its folder says (none: checked after)
     records = given_records(records, known, "data", labelled=False) if known is not None else records
@@ -394,7 +395,6 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     examples = encode_split(task, records, "data")
     task.say_cut(len(records), "evaluated", log)
     predictions = task.decode(records, examples, task.outputs(examples, batch_size))
-    metrics = task.score(records, predictions) if labelled else {}
     if out is not None:
         write_predictions(out, records, predictions)
-    return metrics
+    return task.score(records, predictions) if labelled else {}

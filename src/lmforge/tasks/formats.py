@@ -81,8 +81,9 @@ def _jsonl_rows(path, text: str) -> list:
             row = loads(line, unique_keys=True)  # a second "label" would win, unsaid
         except json.JSONDecodeError as err:
             raise OptionsError(f"{path}:{n}: not valid JSON: {err.msg} (column {err.colno})") from None
-        if not isinstance(row, dict) or not row:
-            raise OptionsError(f"{path}:{n}: empty record (expected a JSON object of fields)")
+        if not isinstance(row, dict) or not row:  # a list or a number is no record, and no empty one
+            what = "empty record" if row == {} else f"not a JSON object: {line.strip()[:40]}"
+            raise OptionsError(f"{path}:{n}: {what} (expected a JSON object of fields)")
         rows.append((n, row))
     if not rows:
         raise OptionsError(f"{path}: no records")
@@ -194,7 +195,11 @@ def _refuse_json(path) -> None:
 def gold_given(records: list, source, field: str | None = None) -> bool:
     """Whether the records carry their gold answers (label, tags, answers or target): True when
     all do, False when none does; a mix is an OptionsError naming the first record without (its field
-    `field`, the argument the records came in, unless they are a file's: that message names the file)."""
+    `field`, the argument the records came in, unless they are a file's: that message names the file), and
+    so is no record at all."""
+    if not records:  # nothing to score or predict: refused as an empty file is ("no examples to score" was)
+        raise OptionsError(f"{source_of(records, source)}: no records (an empty list): nothing to evaluate",
+                           field)
     # a bare string (a record to predict on, fields.predict_form) carries none
     have = [isinstance(r, dict) and any(r.get(g) is not None for g in ("label", "tags", "answers", "target"))
             for r in records]

@@ -116,3 +116,26 @@ def test_a_cross_encoder_s_trained_head_is_scored_before_pruning(tmp_path):
     report = run_sparse_prune(folder, "regression", records, None, records, tmp_path / "run", train_cfg=cfg,
                               sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5), log=lambda *a: None)
     assert report["before"]["metric"] is not None and "metric_note" not in report["before"]
+
+
+@pytest.mark.parametrize("options, said", [
+    ({"doc_stride": 10}, "doc_stride=10: an option of qa tasks"),
+    ({"max_len": 500}, r"max_len=500: more tokens than the model reads \(max_seq_len=128\)"),
+    ({"freeze_layers": 1}, "freeze_layers=1: a fine-tuning option that pruning during fine-tuning does not"),
+    ({"freeze_backbone": True}, "freeze_backbone=True: a fine-tuning option that pruning"),
+    ({"freeze_embeddings": True}, "freeze_embeddings=True: a fine-tuning option that pruning"),
+    ({"layer_decay": 0.5}, "layer_decay=0.5: a fine-tuning option that pruning"),
+])
+def test_a_refused_task_option_leaves_no_output_folder(tmp_path, options, said):
+    """doc_stride=10 on a cls run was refused after prune_settings.json was written (the refused run left its
+    out behind); freezing and layer_decay were taken and ignored (every block trained at one rate)."""
+    from lmforge.compress.sparse_finetune import prune_finetune
+    from lmforge.tasks.finetune import TaskConfig
+    from lmforge.train import TrainConfig
+
+    with pytest.raises(OptionsError, match=f"^{said}") as err:
+        prune_finetune(tiny("bert-base", n_layers=1), "cls", sentiment()["train"][:8], None, tmp_path / "o",
+                       train_cfg=TrainConfig(steps=2, batch_size=4, progress=False),
+                       sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5),
+                       task_cfg=TaskConfig(**options), tokenizer=tokenizer(), log=lambda *a: None)
+    assert err.value.field == next(iter(options)) and not (tmp_path / "o").exists()

@@ -48,6 +48,8 @@ NOTE = ("unstructured zeros keep the matrices dense: same size on disk, no speed
 READ_BY = {"scores_lr_scale": ("movement", "soft-movement"), "soft_lambda": ("soft-movement",)}
 # the key=value options (method, sparsity: flags)
 SCHEDULE = ("start", "end", "scores_lr_scale", "soft_lambda")
+# fine-tuning's freezing and layer-wise decay (TaskConfig): prune_finetune trains every block at one rate
+UNREAD = ("freeze_embeddings", "freeze_layers", "freeze_backbone", "layer_decay")
 
 
 @dataclass
@@ -139,10 +141,10 @@ def _settings(model, steps: int, task_cfg: TaskConfig, sparse_cfg: SparseConfig)
             **{f"{k}=": value for k, value in trained_settings(task_cfg).items()}}
 
 
-def check_settings(out: Path, settings: dict, resume: bool) -> None:
+def check_settings(out: Path, settings: dict, resume: bool, write: bool = True) -> None:
     """A resumed run's settings are the run's (a ValueError naming the first option that differs, with
     both values); a fresh run's are written to out/SETTINGS with their checksum (not where checkpoints
-    wait for --resume)."""
+    wait for --resume; write=False: not yet, while the run's other checks may still refuse it)."""
     path, held = out / SETTINGS, checkpoints(out / "checkpoints")
     # by the checkpoints held, not the folder: a first save killed leaves checkpoints/ with none, and the
     # next fresh run must record its own settings, not leave the killed run's to be resumed against
@@ -154,7 +156,7 @@ def check_settings(out: Path, settings: dict, resume: bool) -> None:
                 was = f"{option}{run[option]}" if option.endswith("=") else f"{option} {run[option]}"
                 raise ValueError(f"{shown} differs from the run being resumed in {out} ({was}): resume with "
                                  f"the run's settings, or choose another --out")
-    elif not held:
+    elif not held and write:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(sign(settings, STATE_KEY), indent=2) + "\n")
 
@@ -186,6 +188,18 @@ def schedule_steps(cfg: SparseConfig, steps: int) -> tuple:
     return start, end
 
 
+def _task_options(train_cfg: TrainConfig, task_cfg: TaskConfig | None, valid) -> TaskConfig:
+    """The run's TaskConfig (keep_best off), after an OptionsError naming a setting of validation given with
+    nothing to validate (as finetune refuses it) or an option of UNREAD: refused, never ignored (freezing
+    and layer-wise decay were taken and ignored unsaid)."""
+    if not valid:
+        check_validated(train_cfg, task_cfg or TaskConfig())
+    task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
+    refuse_changed(task_cfg, UNREAD, "a fine-tuning option that pruning during fine-tuning does not read (it "
+                   "trains every block at one rate)")
+    return task_cfg
+
+
 def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, train_cfg: TrainConfig,
                    sparse_cfg: SparseConfig, task_cfg: TaskConfig | None = None, tokenizer=None,
                    resume: bool = False, log=print) -> dict:
@@ -193,15 +207,13 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     sparsity; writes metrics.jsonl, checkpoints/ and final/ (masks baked) under `out`; returns the summary."""
     if train_cfg.parallel == "fsdp":  # FSDP shards the weights and scores: a matrix's top-k needs it whole
         raise ValueError("parallel=fsdp: pruning during fine-tuning ranks whole matrices; use parallel=ddp")
-    if not valid:  # eval_every, patience ... with nothing to validate: refused, not ignored (as finetune)
-        check_validated(train_cfg, task_cfg or TaskConfig())
-    task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
-    s, out = sparse_cfg, training_folder(out)
+    task_cfg, s, out = _task_options(train_cfg, task_cfg, valid), sparse_cfg, training_folder(out)
     # Python's records read as a file's, as finetune reads them: an error names train or validation
     train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
     start, end = schedule_steps(s, steps)  # before any file is written
-    check_settings(out, _settings(model, steps, task_cfg, s), resume)
+    settings = _settings(model, steps, task_cfg, s)
+    check_settings(out, settings, resume, write=False)  # a resume with others: refused before any read
     # the folder's label order and activation where the options leave them, as finetune reads them (a
     # classifier's outputs keep their meaning; a sigmoid regression trains BCE)
     source_labels, trained = checkpoint_defaults(model, kind, train, None, task_cfg)
@@ -214,6 +226,7 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     validator = Validator(task, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
     examples = encode_split(task, train, "training", trained="training")  # its labels checked as trained on
+    check_settings(out, settings, resume)  # written once the task, its options and records are checked too
     trainer = Trainer(objective, examples, train_cfg, out, log=log, evaluator=validator,
                       lr_scale=lambda name, p: s.scores_lr_scale if is_score(name) else 1.0)
     trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))

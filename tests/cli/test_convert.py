@@ -144,6 +144,16 @@ def test_a_damaged_tokenizer_or_task_file_is_refused_before_anything_is_written(
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".dst")]
 
 
+def test_a_tokenizer_json_gone_though_src_records_it_is_refused_before_any_write(tmp_path, source, capsys):
+    """Without its tokenizer.json, SRC's tokenizer_config.json alone was copied and convert said 'wrote': the
+    next job found no tokenizer in DST. A file SRC's config.json records is read as the jobs read it."""
+    (source / "tokenizer.json").unlink()
+    capsys.readouterr()
+    assert main(["convert", str(source), str(tmp_path / "dst")]) == 2
+    _one_line(capsys, "tokenizer.json: missing, though")
+    assert not (tmp_path / "dst").exists()
+
+
 def test_a_dst_under_a_file_or_a_link_to_nothing_is_refused_naming_dst(tmp_path, source, capsys):
     (tmp_path / "afile").write_text("kept")
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")

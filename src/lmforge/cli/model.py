@@ -18,7 +18,7 @@ from lmforge.io.native import FORMAT, read_meta
 from lmforge.presets import PRESETS
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write, atomic_write_text, replace_dir
-from lmforge.utils.model_folder import inside_job_folder, record_sums
+from lmforge.utils.model_folder import check_recorded, inside_job_folder, record_sums
 from lmforge.utils.progress import Bar
 
 # what travels with the weights in `convert`: the tokenizer's files, a fine-tuned model's task.json
@@ -86,10 +86,12 @@ def cmd_convert(args) -> None:
 
 def check_companions(src: Path) -> None:
     """Read SRC's tokenizer and task.json as the jobs will (a one-line error naming the file where either
-    is damaged), before anything is written."""
+    is damaged, or gone though SRC's config.json records it), before anything is written."""
     from lmforge.tasks.finetune import task_info
     from lmforge.tokenizer import load_tokenizer
 
+    for name in VERIFIED:  # a recorded tokenizer.json gone: the rest of its tokenizer was copied, unsaid
+        check_recorded(src, name, CheckpointError)
     if (src / "tokenizer.json").is_file():
         load_tokenizer(src)
     task_info(src)

@@ -6,8 +6,9 @@ one wrote); Python blocks of a file share one namespace. A block whose first lin
 marked slow (run with `-m slow`); one with a line `# needs: dict-gcide curl` skips, naming what is
 missing, where that Debian dictionary or program is not installed (as tests/requires.py's marks skip
 the suite's other tests). Blocks that must not run are fenced
-```text. A command line `lmforge ...` with no shell syntax runs in this process (lmforge.cli.main),
-which saves the ~3 s import of a subprocess; any other line runs under bash.
+```text. A command line `lmforge ...` with no shell syntax (quoted words are no syntax: bash and shlex
+split them alike) runs in this process (lmforge.cli.main), which saves the ~3 s import of a subprocess;
+any other line runs under bash.
 """
 from __future__ import annotations
 
@@ -29,8 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN_LANGS = {"bash", "sh", "console", "python"}
 FENCE = re.compile(r"^```(\S*)\s*$")
-SHELL_SYNTAX = set("|&;<>()$`*?[]{}~\\\"'")
 NEEDS = re.compile(r"^# needs: (.+)$", re.MULTILINE)
+SHELL_SYNTAX = set("|&;<>()*?[]{}~#")  # what bash reads outside quotes only
+EXPANDED = set("$`\\")  # what bash reads inside double quotes too
+QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+def runs_here(line: str) -> bool:
+    """Whether a command line is `lmforge ...` with nothing a shell would expand, redirect or glob."""
+    if line.split()[0] != "lmforge" or EXPANDED & set(line):
+        return False
+    bare = QUOTED.sub("", line)
+    return not (SHELL_SYNTAX | set("\"'")) & set(bare)
 
 
 def unmet(code: str) -> list:
@@ -107,8 +118,7 @@ class DocRun:
         return results
 
     def _shell(self, line: str) -> tuple:
-        words = line.split()
-        if words[0] == "lmforge" and not SHELL_SYNTAX & set(line.replace("=", "")):
+        if runs_here(line):
             from lmforge.cli import main
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
@@ -177,6 +187,16 @@ def test_blocks_parser_reads_fences_and_continuations(tmp_path):
     found = blocks(page)
     assert [(lang, line) for line, lang, _ in found] == [("bash", 2), ("python", 10)]
     assert commands(found[0][2]) == ["lmforge a --b 1"]
+
+
+def test_only_a_line_bash_would_pass_as_it_is_runs_in_this_process():
+    """Quoted words run here (shlex splits them as bash does); expansions, redirections, globs, comments
+    and unbalanced quotes go to bash."""
+    assert runs_here('lmforge fill-mask --model m "The city of [MASK] is large?" --top-k 3')
+    assert runs_here("lmforge embed --model m 'a; b' --out v.npy")
+    for line in ['lmforge embed "$HOME"', "lmforge embed a > out", "lmforge embed *.txt", 'lmforge x "a\\"',
+                 "lmforge embed a # note", "lmforge embed it's", "python -c 'print(1)'"]:
+        assert not runs_here(line), line
 
 
 def test_needs_names_what_is_missing():

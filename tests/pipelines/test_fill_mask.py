@@ -328,3 +328,16 @@ def test_fill_mask_refusals_are_typed_naming_the_argument(saved):
     with pytest.raises(lmforge.OptionsError, match="a decoder only continues text") as caught:
         fill_mask(decoder, decoder_tokenizer, TEXT)
     assert caught.value.field == "model"
+
+
+@pytest.mark.parametrize("text, said", [(5, "text must be str or UTF-8 bytes, got int"),
+                                        (["a [MASK]"], "got list"),
+                                        ("a [MASK] \ud800", "text is not valid UTF-8: surrogates not"),
+                                        (b"a [MASK] \xff", "text is not valid UTF-8: byte 0xff")])
+def test_a_text_that_is_no_text_is_an_options_error_naming_text(saved, text, said):
+    """text=5 was the tokenizer's TypeError, a lone surrogate its ValueError: neither an OptionsError (the one
+    lmforge.OptionsError catches, as the command line's exit 2 and the server's 422 are) nor naming text."""
+    _, model, tokenizer = saved["bert"]
+    with pytest.raises(lmforge.OptionsError, match=said) as caught:
+        fill_mask(model, tokenizer, text)
+    assert caught.value.field == "text"

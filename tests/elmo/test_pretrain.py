@@ -32,9 +32,10 @@ def held_out_perplexities(model, tokenizer, sentences: list) -> tuple:
 
 
 def test_both_perplexities_fall_on_the_builtin_corpus(tmp_path):
-    assert main(pretrain(tmp_path, 30, "log_every=5")) == 0
+    # 20 steps: both perplexities were under a fifth of step 5's by step 20 (about 95 and 120 of 540)
+    assert main(pretrain(tmp_path, 20, "log_every=5")) == 0
     logged = read_metrics(tmp_path / "metrics.jsonl")
-    assert [r["step"] for r in logged] == [5, 10, 15, 20, 25, 30]
+    assert [r["step"] for r in logged] == [5, 10, 15, 20]
     for direction in ("forward_perplexity", "backward_perplexity"):
         first, last = logged[0][direction], min(r[direction] for r in logged[-2:])
         assert last < 0.5 * first, (direction, first, last)

@@ -263,3 +263,24 @@ def test_an_encoder_decoder_without_start_ids_is_read_as_generate_reads_it(token
     paired = attention_maps(model, tokenizer, "the cat sat", pair="a dog")
     start = next(g for g in paired.groups if g.name == "decoder").rows[0]
     assert start == tokenizer.id_to_token(tokenizer.pad_id)
+
+
+@pytest.mark.parametrize("kwargs, field, said", [
+    ({"text": 5}, "text", "text must be a text, got int"),  # was "the text ... is empty"
+    ({"text": "a \ud800"}, "text", "text is not valid Unicode: surrogates not allowed"),
+    ({"text": "a", "pair": 5}, "pair", "pair must be a text, got int"),
+    ({"text": "a", "pair": " "}, "pair", "the pair (the second text, --pair) is empty"),
+    ({"text": "a", "layers": [5]}, "layers", "--layers [5] outside the model's layers 0..1"),
+    ({"text": "a", "layers": "10"}, "layers", "10 is not a layer of this model"),  # was layers 1 and 0
+    ({"text": "a", "layers": "x"}, "layers", "expected indices like 0,3,5"),  # was int()'s ValueError
+])
+def test_attention_maps_refusals_are_options_errors_naming_the_argument(tokenizer, kwargs, field, said):
+    """Each was a plain ValueError naming nothing (lmforge.OptionsError did not catch it); a text of layers
+    is read as --layers and ?layers= read it."""
+    from lmforge.config.options import OptionsError
+
+    model = tiny_model("bert-base", vocab_size=300)
+    with pytest.raises(OptionsError) as caught:
+        attention_maps(model, tokenizer, **kwargs)
+    assert said in str(caught.value) and caught.value.field == field
+    assert attention_maps(model, tokenizer, "a", layers="1").groups[0].layers == [1]

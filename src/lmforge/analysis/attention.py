@@ -60,11 +60,17 @@ def _layers(model: Transformer, layers) -> object:
     """'all' or a frozenset of layer indices, each checked against the model's depth."""
     if layers is None or layers == "all":
         return "all"
-    chosen = frozenset(int(i) for i in ([layers] if isinstance(layers, int) else layers))
+    if isinstance(layers, str):  # as --layers and ?layers= read it: "10" was layers 1 and 0, a digit each
+        return frozenset(layer_list(layers, view_depth(model)))
+    try:
+        chosen = frozenset(int(i) for i in ([layers] if isinstance(layers, int) else layers))
+    except (TypeError, ValueError):  # int(None): Python's words, naming nothing
+        raise OptionsError(f"layers must be 'all', a layer index or a list of them, got {layers!r:.60}",
+                           "layers") from None
     depth = view_depth(model)
     bad = sorted(i for i in chosen if not 0 <= i < depth)
     if bad:
-        raise ValueError(f"--layers {bad} outside the model's layers 0..{depth - 1}")
+        raise OptionsError(f"--layers {bad} outside the model's layers 0..{depth - 1}", "layers")
     return chosen
 
 
@@ -93,10 +99,9 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
     """The attention of every chosen layer on `text` (and `pair`): an encoder's or decoder's
     self-attention; for an encoder-decoder, encoder, decoder and cross attention, the decoder
     reading `pair` (or its own greedy continuation of `text` when no pair is given)."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("the text to show attention for is empty")
-    if pair is not None and (not isinstance(pair, str) or not pair.strip()):  # else an empty segment B
-        raise ValueError("the pair (the second text, --pair) is empty: give it, or leave it out")
+    _check_text("text", text, "the text to show attention for is empty")
+    if pair is not None:  # else an empty segment B
+        _check_text("pair", pair, "the pair (the second text, --pair) is empty: give it, or leave it out")
     chosen = _layers(model, layers)
     cfg = model.config
     seq2seq = cfg.architecture == "encoder-decoder"
@@ -118,6 +123,20 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
         maps.meta.update(truncated=True, tokens_kept=len(enc.ids), tokens_total=total)
     return maps
 
+
+
+def _check_text(name: str, text, empty: str) -> None:
+    """An OptionsError naming `name` where `text` is no str, not UTF-8 (a lone surrogate: the tokenizer's
+    error named nothing) or blank (`empty` says so)."""
+    if not isinstance(text, str):
+        raise OptionsError(f"{name} must be a text, got {type(text).__name__}", name)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise OptionsError(f"{name} is not valid Unicode: {err.reason} at position {err.start}",
+                           name) from None
+    if not text.strip():
+        raise OptionsError(empty, name)
 
 
 def _decoder_inputs(model, tokenizer, ids, pair, max_new_tokens: int) -> torch.Tensor:

@@ -17,6 +17,7 @@ from lmforge.objectives.distilbert import Distillation
 from lmforge.presets import ELMO_PRESETS, PRESETS, tiny
 from lmforge.train.pretrain import sized_to, tokenize_documents
 from lmforge.train.tokenizer_run import default_tokenizer
+from lmforge.utils.errors import OptionsError
 
 DOCS = list(documents(24, seed=0))
 MAX_LEN = 32
@@ -75,16 +76,17 @@ def idle_after_step(objective, batch: dict) -> list:
 
 
 def fitting(name: str, among: dict = PRESETS_OF) -> list:
-    """The presets of `among` (by architecture) that objective `name` trains."""
+    """The presets of `among` (by architecture) that objective `name` trains: those its spec's check passes
+    (the refusal pretrain and a bake-off plan make: RoBERTa's one segment type for sentence pairs, ...)."""
     spec = objectives.get(name)
     found = []
     for architecture in spec.architectures:
         for preset in among.get(architecture, []):
-            cfg = tiny(preset)
-            # sentence pairs need two segments (RoBERTa's one-row table cannot embed segment id 1)
-            pairs = spec.examples.kind == "pairs" and cfg.n_segments < 2
-            if all(getattr(cfg, k) == v for k, v in spec.requires.items()) and not pairs:
-                found.append(preset)
+            try:
+                spec.check(tiny(preset), preset)
+            except OptionsError:
+                continue
+            found.append(preset)
     return found
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 import lmforge
@@ -30,9 +31,9 @@ def _batch(objective, n=4, T=12, seed=0):
     return objective.collate(rows)
 
 
-def _objective(all_tokens):
+def _objective(all_tokens, preset="electra-base"):
     torch.manual_seed(0)
-    return ElectraMLM(lmforge.build(lmforge.tiny("electra-base")), MASK, all_tokens=all_tokens, ratio=0.5,
+    return ElectraMLM(lmforge.build(lmforge.tiny(preset)), MASK, all_tokens=all_tokens, ratio=0.5,
                       special_ids=(CLS, SEP))
 
 
@@ -61,3 +62,16 @@ def test_replace_mlm_predicts_only_selected_positions():
     batch["labels"][:] = IGNORE  # nothing selected: no loss from the model, and no NaN
     loss = objective(batch)
     assert loss.metrics["mlm_loss"] == 0 and torch.isfinite(loss.loss)
+
+
+@pytest.mark.parametrize("all_tokens", [False, True])
+def test_an_xlnet_model_trains_through_a_generator_head_that_reaches_the_shared_table(all_tokens):
+    """XLNet's LM head has no transform: the 16-wide generator's read its hidden states straight into the
+    32-wide tied table, a shape error at the first step, until it got ELECTRA's d_model -> E transform."""
+    objective = _objective(all_tokens, "xlnet-base")
+    head = objective.generator.lm
+    assert head.tied is objective.model.tokens and head.transform.in_features == 16
+    loss = objective(_batch(objective))
+    loss.loss.backward()
+    assert torch.isfinite(loss.loss) and loss.metrics["mlm_loss"] > 0
+    assert head.transform.weight.grad.abs().sum() > 0 and objective.model.tokens.weight.grad.abs().sum() > 0

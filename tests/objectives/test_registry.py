@@ -6,15 +6,18 @@ import pytest
 import torch.nn.functional as F
 
 import lmforge
-from lmforge.cli import build_parser
+from lmforge.bakeoff import PlanError, check_plan
+from lmforge.cli import build_parser, main
 from lmforge.config import ARCHITECTURES
 from lmforge.data.stream import ExampleFormat
 from lmforge.heads import make_head
 from lmforge.objectives import registry
 from lmforge.objectives.base import Loss, Objective
-from lmforge.presets import get_config
+from lmforge.presets import get_config, tiny_overrides
 from lmforge.train import TrainConfig
+from lmforge.train import pretrain as pretrain_module
 from lmforge.train.pretrain import pretrain
+from lmforge.utils.errors import OptionsError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "lmforge"
 TINY = dict(n_layers=1, d_model=32, n_heads=2, d_ff=64, max_seq_len=64)
@@ -131,6 +134,74 @@ def test_an_architecture_the_objective_does_not_train_is_a_clear_error(tmp_path)
     registry.get("prefix-lm").check(get_config("gpt2"))
     registry.get("prefix-lm").check(get_config("t5-small"))
     assert not (tmp_path / "tokenizer").exists()  # refused before any work
+
+
+# each pair crashed at the first step: segment id 1 past a one-row segment table (IndexError), a prefix-LM
+# mask under sliding-window attention (the stack's ValueError); now the spec refuses it, naming why
+REFUSED = [("nsp", "roberta-base", "n_segments=1 (roberta-base): its sentence pairs take segment ids 0, 1"),
+           ("sop", "longformer-base", "n_segments=1 (longformer-base)"),
+           ("structural", "linformer-base", "n_segments=1 (linformer-base)"),
+           ("prefix-lm", "mistral-7b", "attention='sliding-window' (mistral-7b): a decoder's prefix LM needs "
+                                       "full attention in every layer")]
+
+
+def _small(preset: str) -> dict:
+    """Test sizes of the preset's family, the vocabulary left to the tokenizer trained for the run."""
+    return {k: v for k, v in tiny_overrides(get_config(preset)).items() if k != "vocab_size"}
+
+
+@pytest.mark.parametrize("name, preset, said", REFUSED)
+def test_a_model_the_objective_cannot_train_is_refused_before_the_corpus_is_read(tmp_path, monkeypatch,
+                                                                                 name, preset, said):
+    def no_read(*args, **kwargs):
+        raise AssertionError("the corpus was read")
+
+    monkeypatch.setattr(pretrain_module, "read_documents", no_read)
+    (tmp_path / "text.txt").write_text("One sentence here. Another one there.\n")
+    with pytest.raises(OptionsError) as err:
+        pretrain(name, tmp_path / "run", TrainConfig(steps=1), preset=preset, overrides=_small(preset),
+                 data=[str(tmp_path / "text.txt")])
+    message = str(err.value)
+    assert err.value.field == "objective" and "\n" not in message
+    assert message.startswith(f"objective {name!r} does not fit ") and said in message, message
+    assert not (tmp_path / "run" / "tokenizer").exists()
+
+
+@pytest.mark.parametrize("name, preset, said", REFUSED)
+def test_the_command_line_and_a_bake_off_plan_refuse_the_same_pairs(tmp_path, capsys, name, preset, said):
+    flags = [f"{k}={v}" for k, v in _small(preset).items() if isinstance(v, int)]  # the sizes
+    assert main(["pretrain", "--preset", preset, "--objective", name, "--out", str(tmp_path / "run"),
+                 "--steps", "1", *flags]) == 2
+    assert said in capsys.readouterr().err and not (tmp_path / "run" / "tokenizer").exists()
+    plan = {"name": "p", "budget": 4.0e8, "corpus": {"source": "builtin", "documents": 120},
+            "tokenizer": {"family": "bert", "vocab_size": 300},
+            "pretrain": {"max_len": 32, "batch_size": 8, "lr": 1e-3, "warmup": 2},
+            "finetune": {"steps": 6, "batch_size": 8, "lr": 1e-3, "warmup": 0, "max_len": 32},
+            "tasks": [{"name": "sentiment", "source": "builtin", "n": 40}], "seeds": [0],
+            "arms": [{"name": "arm", "objective": name, "preset": preset, "overrides": _small(preset)}]}
+    with pytest.raises(PlanError) as err:
+        check_plan(plan, "my.yaml")
+    assert str(err.value).startswith("my.yaml: arms[0].objective: ") and said in str(err.value), err.value
+
+
+def _fits(name: str, cfg) -> bool:
+    try:
+        registry.get(name).check(cfg, "a preset")
+    except OptionsError:
+        return False
+    return True
+
+
+def test_the_pairs_that_crashed_before_still_fit_where_they_can():
+    for name in ("nsp", "sop", "structural"):  # two segment types, or none (DistilBERT: ids not embedded)
+        assert _fits(name, get_config("bert-base")) and _fits(name, get_config("distilbert-base")), name
+        assert not _fits(name, get_config("bert-base", n_segments=1)), name  # as an override too
+    assert _fits("prefix-lm", get_config("mistral-7b", attention="full"))
+    assert not _fits("prefix-lm", get_config("gpt2", attention_schedule=["full"] * 11 + ["sliding-window"],
+                                             window=8))
+    # an encoder-decoder's prefix LM splits the text, no mask: any attention; a window is no problem for clm
+    assert _fits("prefix-lm", get_config("t5-small", attention="sliding-window", window=8))
+    assert _fits("clm", get_config("mistral-7b"))
 
 
 def test_a_name_is_registered_once(toy):

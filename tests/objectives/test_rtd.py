@@ -88,6 +88,22 @@ def test_generator_shares_the_embeddings_and_is_a_quarter_as_wide(preset):
     assert len(params) == sum(1 for _ in objective.parameters())  # the shared table is counted once
 
 
+def test_an_xlnet_discriminator_gets_a_generator_head_that_reaches_the_shared_table():
+    """XLNet's LM head has no transform: the 8-wide generator's read its hidden states straight into the
+    32-wide tied table, a shape error at the first step; it gets ELECTRA's d_model -> E transform instead."""
+    assert not lmforge.tiny("xlnet-base").lm_transform
+    assert generator_config(lmforge.tiny("xlnet-base")).lm_transform
+    assert generator_config(lmforge.tiny("xlnet-base"), 1.0).lm_transform is False  # as wide as E: as it is
+    objective = _objective("xlnet-base", ratio=0.25)
+    head = objective.generator.lm
+    assert head.tied is objective.model.tokens and head.transform.out_features == 32
+    batch = objective.collate([objective.corrupt(e, torch.Generator().manual_seed(i))
+                               for i, e in enumerate(toy_data(4))])
+    out = objective(batch)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and head.transform.weight.grad.abs().sum() > 0
+
+
 def _corpus(n=800, length=126, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return [{"input_ids": [CLS, *torch.randint(5, 99, (length,), generator=gen).tolist(), SEP]}

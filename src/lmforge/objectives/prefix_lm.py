@@ -7,6 +7,7 @@ right, with the loss on the continuation only.
 - Decoders (`PrefixLM`): one stack under the prefix-LM mask (model.Decoder's
   `prefix_lengths`): a prefix position sees the whole prefix, a continuation position sees
   everything up to itself. The last prefix position predicts the first continuation token.
+  Full attention only: the spec refuses a windowed decoder (full_attention) before any work.
 - Encoder-decoders (`EncoderDecoderPrefixLM`): the split *is* the architecture — the
   encoder reads the prefix (bidirectional by construction), the decoder generates the
   continuation (T5's "prefix LM" objective, sec. 3.3.1): plain teacher forcing.
@@ -92,6 +93,18 @@ def prefix_lm(model, pad_id: int = 0, eos_id: int | None = None, decoder_start_i
     return PrefixLM(model, pad_id)
 
 
+def full_attention(cfg) -> tuple | None:
+    """None where a model of `cfg` takes the prefix-LM mask, else (the field as set, why not): a decoder's
+    every layer must attend fully (the stack's prefix mask, layers.stack); a window's prefix would need a
+    bidirectional band of its own. An encoder-decoder splits the text instead: any attention serves."""
+    patterns = sorted(set(cfg.layer_patterns()))
+    if cfg.architecture != "decoder" or patterns == ["full"]:
+        return None
+    field = (f"attention_schedule={cfg.attention_schedule!r}" if cfg.attention_schedule
+             else f"attention={cfg.attention!r}")
+    return field, f"a decoder's prefix LM needs full attention in every layer, not {', '.join(patterns)}"
+
+
 def build_prefix_lm(model, tokenizer):
     """prefix_lm around `model` with the tokenizer's pad and eos (an encoder-decoder's start: its config)."""
     return prefix_lm(model, tokenizer_pad(tokenizer), tokenizer.special_id("eos"))
@@ -99,4 +112,4 @@ def build_prefix_lm(model, tokenizer):
 
 register(ObjectiveSpec(name="prefix-lm", build=build_prefix_lm, summary="prefix LM (T5, UniLM)",
                        architectures=("decoder", "encoder-decoder"), tokenizer="gpt2",
-                       examples=ExampleFormat("blocks", roles=("eos", "sep"))))
+                       examples=ExampleFormat("blocks", roles=("eos", "sep")), fits=(full_attention,)))

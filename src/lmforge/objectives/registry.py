@@ -4,7 +4,9 @@ An `ObjectiveSpec` is one name as data: the callable that builds the objective a
 and a tokenizer (the class's `build`), the options that name passes it (wwm is MaskedLM with
 whole_word=True, sop is PairMLM with task="sop"), the architectures it trains, the family of
 the tokenizer trained for it when none is given, and the format of its examples
-(lmforge.data.stream.ExampleFormat). The recipe (train/pretrain.py), the command line and the
+(lmforge.data.stream.ExampleFormat). `check` refuses a model the objective cannot train (its
+architecture, a required field, segment ids its examples use, its own `fits` tests) before any work,
+for pretrain and the bake-off's plan check alike. The recipe (train/pretrain.py), the command line and the
 data layer read these facts; none of them tests an objective's name.
 
 The registry fills as the objective files are imported; `import lmforge.objectives` imports
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 from lmforge.config import ARCHITECTURES
 from lmforge.data.stream import ExampleFormat
+from lmforge.utils.errors import OptionsError
 
 # the subword model each tokenizer family's original uses (lmforge.tokenizer.train's families)
 TOKENIZER_KINDS = {"bert": "wordpiece", "roberta": "bytelevel-bpe", "gpt2": "bytelevel-bpe", "t5": "unigram",
@@ -37,6 +40,8 @@ class ObjectiveSpec:
     options: dict = field(default_factory=dict)  # keyword arguments of `build` that this name fixes
     requires: dict = field(default_factory=dict)  # config fields the objective needs (XLNet's position)
     teacher: bool = False  # distils a teacher model: pretrain builds the objective around the teacher
+    # further tests of a config, each (cfg) -> None where it fits, else (the field as set, why it does not)
+    fits: tuple = ()
 
     def __post_init__(self) -> None:
         if not self.architectures or set(self.architectures) - set(ARCHITECTURES):
@@ -47,15 +52,25 @@ class ObjectiveSpec:
                              f"{', '.join(TOKENIZER_KINDS)}")
 
     def check(self, cfg, preset: str = "") -> None:
-        """Raise ValueError unless this objective trains a model of config `cfg` (from `preset`)."""
+        """Raise OptionsError (field `objective`), one line saying why, unless this objective trains a
+        model of config `cfg` (from `preset`)."""
         if cfg.architecture not in self.architectures:
             article = "an" if cfg.architecture[0] in "aeiou" else "a"  # an encoder, a decoder, an elmo
-            raise ValueError(f"objective {self.name!r} does not fit {article} {cfg.architecture} ({preset}): "
-                             f"it trains {' or '.join(self.architectures)} models")
+            self._refuse(f"{article} {cfg.architecture} ({preset})",
+                         f"it trains {' or '.join(self.architectures)} models")
         for key, value in self.requires.items():
             if getattr(cfg, key) != value:
-                raise ValueError(f"objective {self.name!r} does not fit {key}={getattr(cfg, key)!r} "
-                                 f"({preset}): it needs {key}={value!r}")
+                self._refuse(f"{key}={getattr(cfg, key)!r} ({preset})", f"it needs {key}={value!r}")
+        if self.examples.kind == "pairs" and cfg.n_segments == 1:  # a one-row table cannot embed id 1
+            self._refuse(f"n_segments=1 ({preset})", "its sentence pairs take segment ids 0, 1, so it "
+                         "needs a model with 2 segment types (n_segments=2, or 0: no segment embedding)")
+        for test in self.fits:
+            why = test(cfg)
+            if why:
+                self._refuse(f"{why[0]} ({preset})", why[1])
+
+    def _refuse(self, what: str, why: str) -> None:
+        raise OptionsError(f"objective {self.name!r} does not fit {what}: {why}", "objective")
 
     def make(self, model, tokenizer):
         """The objective around `model` (a teacher objective's: the teacher), with this name's options."""

@@ -44,7 +44,7 @@ SHARED = ("segments", "positions", "norm")  # the E-wide parts of Embeddings, be
 
 def generator_config(cfg: ModelConfig, ratio: float | None = None) -> ModelConfig:
     """The generator's config: d_model, d_ff and n_heads x ratio (default: cfg.generator_size, else 1/4),
-    same depth, same embedding width E."""
+    same depth, same embedding width E, and an LM head that projects d_model to E before the tied table."""
     ratio = ratio if ratio is not None else cfg.generator_size or GENERATOR_SIZE
     check_bounds({"ratio": ratio}, {"ratio": RATIO})  # FLOP counting calls this too, with an arm's ratio
     d_model = max(1, round(cfg.d_model * ratio))
@@ -53,6 +53,10 @@ def generator_config(cfg: ModelConfig, ratio: float | None = None) -> ModelConfi
                    d_embed=cfg.embed_dim if cfg.embed_dim != d_model else None)
     if cfg.n_kv_heads is not None:
         changes["n_kv_heads"] = max(1, round(cfg.n_kv_heads * ratio))
+    if cfg.tie_embeddings and not cfg.lm_transform and d_model != cfg.embed_dim:
+        # a head without BERT's transform (XLNet's) reads d_model straight into the E-wide shared table: the
+        # narrower generator gets ELECTRA's generator head instead (dense d_model -> E, activation, norm)
+        changes["lm_transform"] = True
     return cfg.replace(**changes)
 
 

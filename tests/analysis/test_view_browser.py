@@ -95,6 +95,21 @@ def open_browser(tmp_path: Path) -> Pipe:
     return browser
 
 
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory):
+    """One Chromium for the module's default tests (a start is about a second of its own)."""
+    with open_browser(tmp_path_factory.mktemp("chromium")) as browser:
+        yield browser
+
+
+@pytest.fixture
+def browser(chromium) -> Pipe:
+    """The module's Chromium on a blank page, as open_browser leaves a new one: no events from before."""
+    visit(chromium, "about:blank", "document.readyState === 'complete'")
+    chromium.events.clear()
+    return chromium
+
+
 def run_selftest(browser: Pipe, page: Path) -> dict:
     """The page's #selftest: its steps (state and checksum after each) and the script errors."""
     visit(browser, f"{page.as_uri()}#selftest", "document.getElementById('selftest').dataset.done")
@@ -143,34 +158,32 @@ def check_views(browser: Pipe, page: Path, group: str, blank: np.ndarray, views=
 
 @pytest.mark.parametrize("preset, groups", [("bert-base", ["self"]), ("gpt2", ["self"]),
                                             ("t5-small", ["encoder", "decoder", "cross"])])
-def test_the_page_renders_offline_and_every_control_changes_the_drawing(tmp_path, preset, groups):
+def test_the_page_renders_offline_and_every_control_changes_the_drawing(tmp_path, preset, groups, browser):
     page = model_page(preset, tmp_path / "view.html")
-    with open_browser(tmp_path) as browser:
-        blank = screenshot(browser)
-        assert (blank == 255).all()
-        result = run_selftest(browser, page)
-        meta = value(browser, "META")
-        assert [G["name"] for G in meta["groups"]] == groups
-        by = check_controls(result, meta["groups"][0])
-        if len(groups) > 1:  # the group button moved the head view to cross attention
-            assert by["group"]["group"] == "cross" and by["neuron"]["group"] == "cross"
-        check_views(browser, page, groups[-1], blank)
-        assert value(browser, "document.getElementById('neuron-msg').textContent") == ""  # q and k were kept
-        asked = requests(browser)
+    blank = screenshot(browser)
+    assert (blank == 255).all()
+    result = run_selftest(browser, page)
+    meta = value(browser, "META")
+    assert [G["name"] for G in meta["groups"]] == groups
+    by = check_controls(result, meta["groups"][0])
+    if len(groups) > 1:  # the group button moved the head view to cross attention
+        assert by["group"]["group"] == "cross" and by["neuron"]["group"] == "cross"
+    check_views(browser, page, groups[-1], blank)
+    assert value(browser, "document.getElementById('neuron-msg').textContent") == ""  # q and k were kept
+    asked = requests(browser)
     # the page itself is the only thing fetched: no script, style, font or image from anywhere
     assert any(url.startswith(page.as_uri()) for url in asked)
     assert all(url.split("#")[0] in ("about:blank", page.as_uri()) for url in asked), asked
 
 
-def test_a_request_the_page_made_would_be_seen(tmp_path):
+def test_a_request_the_page_made_would_be_seen(tmp_path, browser):
     page = model_page("bert-base", tmp_path / "view.html")
     text = page.read_text(encoding="utf-8").replace("</body>", '<img src="http://127.0.0.1:9/x.png"></body>')
     leaky = tmp_path / "leaky.html"
     leaky.write_text(text, encoding="utf-8")
-    with open_browser(tmp_path) as browser:
-        visit(browser, f"{leaky.as_uri()}#check", "document.body.dataset.checksum")
-        browser.wait_for("document.images[0].complete")
-        asked = requests(browser)
+    visit(browser, f"{leaky.as_uri()}#check", "document.body.dataset.checksum")
+    browser.wait_for("document.images[0].complete")
+    asked = requests(browser)
     assert "http://127.0.0.1:9/x.png" in asked  # so the offline check above can fail
 
 

@@ -47,6 +47,14 @@ def ranked(tmp_path_factory):
     served.stop()
 
 
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """One Chromium over the DevTools pipe for the module's tests (a start is about a second of its own):
+    each test opens its page in a tab of its own."""
+    with Pipe(tmp_path_factory.mktemp("chromium")) as chromium:
+        yield chromium
+
+
 def ask(browser, **fields) -> tuple:
     """Set the page's hash (the form is filled from it and sent); (state, status line, answer,
     summary's kind)."""
@@ -85,12 +93,11 @@ def test_page_runs_an_embedding_request_and_shows_the_answer(server, model_dirs,
     assert (torch.tensor(answer["embeddings"][0]) - expected).abs().max() <= 1e-5
 
 
-def test_page_streams_a_generation(server, tmp_path):
+def test_page_streams_a_generation(server, browser):
     # a streamed body does not hold virtual time: wait in real time over the DevTools pipe
-    with Pipe(tmp_path / "profile") as browser:
-        browser.open(f"{server.url}/#route=generate&model=gen&text=the%20cat")
-        text = browser.wait_for(RESULT)
-        status = browser.wait_for("document.getElementById('status').textContent")
+    browser.open(f"{server.url}/#route=generate&model=gen&text=the%20cat")
+    text = browser.wait_for(RESULT)
+    status = browser.wait_for("document.getElementById('status').textContent")
     streamed, final = text.split("\n\n", 1)
     final = json.loads(final)
     assert status.startswith("200 POST /generate")
@@ -112,19 +119,18 @@ def test_page_renders_not_blank(server, tmp_path, asked):
     assert panel.std() > 0.05
 
 
-def test_page_shows_the_attention_view_which_runs_in_the_browser(server, tmp_path):
+def test_page_shows_the_attention_view_which_runs_in_the_browser(server, browser):
     frame = "document.getElementById('view').contentDocument"
-    with Pipe(tmp_path / "profile") as browser:
-        browser.open(f"{server.url}/#route=attention&model=enc&text=the%20red%20fox%20sat")
-        assert "attention view below" in browser.wait_for(RESULT)
-        browser.wait_for(f"{frame} && {frame}.readyState === 'complete' && !!{frame}.getElementById('tabs')")
-        # the view as served drives each of its own controls (#selftest) without a script error
-        browser.call("Page.navigate", {"url": "about:blank"})
-        browser.call("Page.navigate", {"url": f"{server.url}/attention?model=gen&text=the%20red%20fox%20sat"
-                                              "#selftest"})
-        browser.wait_for("document.getElementById('selftest') && "
-                         "document.getElementById('selftest').dataset.done", 60)
-        result = json.loads(browser.wait_for("document.getElementById('selftest').textContent"))
+    browser.open(f"{server.url}/#route=attention&model=enc&text=the%20red%20fox%20sat")
+    assert "attention view below" in browser.wait_for(RESULT)
+    browser.wait_for(f"{frame} && {frame}.readyState === 'complete' && !!{frame}.getElementById('tabs')")
+    # the view as served drives each of its own controls (#selftest) without a script error
+    browser.call("Page.navigate", {"url": "about:blank"})
+    browser.call("Page.navigate", {"url": f"{server.url}/attention?model=gen&text=the%20red%20fox%20sat"
+                                          "#selftest"})
+    browser.wait_for("document.getElementById('selftest') && "
+                     "document.getElementById('selftest').dataset.done", 60)
+    result = json.loads(browser.wait_for("document.getElementById('selftest').textContent"))
     assert result["errors"] == [] and len(result["steps"]) > 5
 
 
@@ -138,19 +144,18 @@ def test_the_offline_api_reference_lists_every_route_with_its_fields(server, tmp
     assert "Query parameters" in dom and ">text_pair<" in dom and ">encoding_format<" in dom
 
 
-def test_page_offers_routes_and_models_by_capability(ranked, tmp_path):
+def test_page_offers_routes_and_models_by_capability(ranked, browser):
     served, _ = ranked
     show = ("(() => {{ const r = document.getElementById('route'); r.value = '{}'; "
             "r.dispatchEvent(new Event('change')); return JSON.stringify({{"
             "models: [...document.getElementById('model').options].map(o => o.value), "
             "shown: [...document.querySelectorAll('fieldset.options')].filter(f => !f.hidden)"
             ".map(f => f.dataset.group)}}); }})()")
-    with Pipe(tmp_path / "profile") as browser:
-        opened(browser, served.url + "/")
-        disabled = json.loads(browser.wait_for("JSON.stringify([...document.getElementById('route').options]"
-                                               ".filter(o => o.disabled).map(o => o.value))"))
-        seen = {route: json.loads(browser.wait_for(show.format(route)))
-                for route in ("rerank", "v1_rerank", "features", "embed", "embeddings", "tokenize", "health")}
+    opened(browser, served.url + "/")
+    disabled = json.loads(browser.wait_for("JSON.stringify([...document.getElementById('route').options]"
+                                           ".filter(o => o.disabled).map(o => o.value))"))
+    seen = {route: json.loads(browser.wait_for(show.format(route)))
+            for route in ("rerank", "v1_rerank", "features", "embed", "embeddings", "tokenize", "health")}
     assert set(disabled) == {"predict", "fill_mask", "generate", "completions"}  # no served model can
     assert seen["rerank"] == seen["v1_rerank"] == {"models": ["", "rr"], "shown": ["rerank"]}
     assert seen["features"] == {"models": ["", "rr", "plain"], "shown": ["features"]}  # in /v1/models order
@@ -158,17 +163,16 @@ def test_page_offers_routes_and_models_by_capability(ranked, tmp_path):
     assert seen["tokenize"]["shown"] == seen["health"]["shown"] == []
 
 
-def test_page_reranks_showing_order_scores_and_truncation(ranked, tmp_path):
+def test_page_reranks_showing_order_scores_and_truncation(ranked, browser):
     served, dirs = ranked
     offline = lmforge.rerank(dirs["rr"], QUERY, DOCUMENTS)
-    with Pipe(tmp_path / "profile") as browser:
-        opened(browser, served.url + "/")
-        state, status, answer, kind = ask(browser, route="rerank", model="rr", query=QUERY,
-                                          text="\n".join(DOCUMENTS), top_n=3)
-        best = cells(browser, "tr.ranked")
-        state_all, _, every, _ = ask(browser, route="v1_rerank", query=QUERY, text="\n".join(DOCUMENTS),
-                                     return_documents="true")
-        rows = cells(browser, "tr.ranked")
+    opened(browser, served.url + "/")
+    state, status, answer, kind = ask(browser, route="rerank", model="rr", query=QUERY,
+                                      text="\n".join(DOCUMENTS), top_n=3)
+    best = cells(browser, "tr.ranked")
+    state_all, _, every, _ = ask(browser, route="v1_rerank", query=QUERY, text="\n".join(DOCUMENTS),
+                                 return_documents="true")
+    rows = cells(browser, "tr.ranked")
     assert state == "done" and status.startswith("200 POST /rerank") and kind == "rerank"
     assert [r["index"] for r in answer["results"]] == [i for i, _ in offline[:3]]
     scores = [r["relevance_score"] for r in answer["results"]]
@@ -183,16 +187,15 @@ def test_page_reranks_showing_order_scores_and_truncation(ranked, tmp_path):
 
 
 @pytest.mark.slow  # the default suite keeps one page test per route
-def test_page_shows_rerank_refusals_naming_the_limit_or_field(ranked, tmp_path):
+def test_page_shows_rerank_refusals_naming_the_limit_or_field(ranked, browser):
     served, _ = ranked
-    with Pipe(tmp_path / "profile") as browser:
-        opened(browser, served.url + "/")
-        too_many = ask(browser, route="rerank", query=QUERY, text="\n".join(DOCUMENTS + ["one more"]))
-        box = browser.wait_for("document.getElementById('summary').textContent")
-        bad_top = ask(browser, route="rerank", query=QUERY, text="a dog", top_n=0)
-        marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
-                                  ".map(c => c.dataset.field))")
-        not_rr = ask(browser, route="rerank", model="plain", query=QUERY, text="a dog")
+    opened(browser, served.url + "/")
+    too_many = ask(browser, route="rerank", query=QUERY, text="\n".join(DOCUMENTS + ["one more"]))
+    box = browser.wait_for("document.getElementById('summary').textContent")
+    bad_top = ask(browser, route="rerank", query=QUERY, text="a dog", top_n=0)
+    marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
+                              ".map(c => c.dataset.field))")
+    not_rr = ask(browser, route="rerank", model="plain", query=QUERY, text="a dog")
     assert too_many[0] == "error" and too_many[1].startswith("413 POST /rerank")
     assert too_many[2]["error"]["param"] == "max_documents" and too_many[3] == "refusal"
     assert "Refused (413)" in box and "limit: max_documents" in box
@@ -201,20 +204,19 @@ def test_page_shows_rerank_refusals_naming_the_limit_or_field(ranked, tmp_path):
     assert not_rr[1].startswith("422") and not_rr[2]["error"]["param"] == "model"
 
 
-def test_page_tries_features_showing_tokens_offsets_and_shape(server, tmp_path):
+def test_page_tries_features_showing_tokens_offsets_and_shape(server, browser):
     text = "the red fox sat near the river"
     width = server.client().get("/info").json()["models"]["enc"]["d_model"]
-    with Pipe(tmp_path / "profile") as browser:
-        opened(browser, server.url + "/")
-        state, status, answer, kind = ask(browser, route="features", model="enc", text=text, layers="0,-1")
-        tokens = cells(browser, "tr.token")
-        shape = browser.wait_for("document.querySelector('#summary .shape').textContent")
-        mixed = ask(browser, route="features", model="enc", text=text, layers="mix", mix_weights="1, 2, 3",
-                    pooling="mean_max")
-        mixed_shape = browser.wait_for("document.querySelector('#summary .shape').textContent")
-        refused = ask(browser, route="features", model="enc", text=text, layers="7")
-        marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
-                                  ".map(c => c.dataset.field))")
+    opened(browser, server.url + "/")
+    state, status, answer, kind = ask(browser, route="features", model="enc", text=text, layers="0,-1")
+    tokens = cells(browser, "tr.token")
+    shape = browser.wait_for("document.querySelector('#summary .shape').textContent")
+    mixed = ask(browser, route="features", model="enc", text=text, layers="mix", mix_weights="1, 2, 3",
+                pooling="mean_max")
+    mixed_shape = browser.wait_for("document.querySelector('#summary .shape').textContent")
+    refused = ask(browser, route="features", model="enc", text=text, layers="7")
+    marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
+                              ".map(c => c.dataset.field))")
     direct = server.client().post("/features",
                                   json={"model": "enc", "texts": [text], "layers": "0,-1"}).json()
     assert state == "done" and status.startswith("200 POST /features") and kind == "features"
@@ -233,15 +235,14 @@ def test_page_tries_features_showing_tokens_offsets_and_shape(server, tmp_path):
 
 
 @pytest.mark.slow  # the default suite keeps one page test per route
-def test_page_sends_the_embedding_options(server, tmp_path):
-    with Pipe(tmp_path / "profile") as browser:
-        opened(browser, server.url + "/")
-        cut = ask(browser, route="embed", model="enc", text="a cat", dimensions=8)
-        summary = browser.wait_for("document.getElementById('summary').textContent")
-        packed = ask(browser, route="embeddings", model="enc", text="a cat", encoding_format="base64")
-        refused = ask(browser, route="embeddings", model="enc", text="a cat", encoding_format="int8")
-        marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
-                                  ".map(c => c.dataset.field))")
+def test_page_sends_the_embedding_options(server, browser):
+    opened(browser, server.url + "/")
+    cut = ask(browser, route="embed", model="enc", text="a cat", dimensions=8)
+    summary = browser.wait_for("document.getElementById('summary').textContent")
+    packed = ask(browser, route="embeddings", model="enc", text="a cat", encoding_format="base64")
+    refused = ask(browser, route="embeddings", model="enc", text="a cat", encoding_format="int8")
+    marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"
+                              ".map(c => c.dataset.field))")
     assert cut[0] == "done" and cut[2]["dim"] == 8 and len(cut[2]["embeddings"][0]) == 8
     assert "dim 8" in summary and f"0 ({cut[2]['inputs'][0]['tokens']} tokens): " in summary
     assert packed[0] == "done" and isinstance(packed[2]["data"][0]["embedding"], str)

@@ -49,6 +49,15 @@ def test_truncate_is_refused_in_its_three_values_not_its_annotation(value, got):
         EmbedOptions(truncate=value)
 
 
+@pytest.mark.parametrize("field", ["prompt", "prompt_name"])
+def test_a_prompt_that_is_not_unicode_is_refused_naming_it(field):
+    """A lone surrogate failed in the tokenizer, after the model was read, as a ValueError naming "text"."""
+    with pytest.raises(OptionsError, match=f"^{field} is not valid Unicode: surrogates not allowed") as err:
+        EmbedOptions(**{field: "query: \ud800"})
+    assert err.value.field == field
+    assert EmbedOptions(prompt="query: \u00e9").prompt == "query: \u00e9"
+
+
 @pytest.mark.parametrize("content", ["[1]", "not json", '{"all/normalized": [1]}',
                                      '{"all/normalized": {"min": [0]}}',
                                      '{"all/normalized": {"min": 0, "max": 1}}',

@@ -73,6 +73,12 @@ class EmbedOptions:
                                "prompt")
         if self.prompt_name is not None and not 0 < len(self.prompt_name) <= 128:
             raise OptionsError("prompt_name must be 1 to 128 characters", "prompt_name")
+        for name in ("prompt", "prompt_name"):  # a lone surrogate failed in the tokenizer, naming "text"
+            try:
+                (getattr(self, name) or "").encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise OptionsError(f"{name} is not valid Unicode: {err.reason} at position {err.start}",
+                                   name) from None
         if self.prompt is not None and self.prompt_name is not None:
             raise OptionsError("give prompt or prompt_name, not both", "prompt_name")
 

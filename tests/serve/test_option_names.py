@@ -187,3 +187,19 @@ def test_fill_mask_s_counts_read_a_whole_float_too():
     for bad in ({"top_k": 3.5}, {"top_k": True}, {"max_span": "4"}):
         with pytest.raises(pydantic.ValidationError):
             schemas.FillMaskRequest(text="a [MASK]", **bad)
+
+
+def test_features_layers_reads_a_whole_float_as_lmforge_features_does():
+    """FeaturesRequest refused layers=2.0 ('Input should be a valid integer') where FeatureOptions, and so
+    lmforge.features, reads it as layer 2: a union admitting an int and no float reads a whole float as
+    its int on every face (config.options.whole_kind)."""
+    import pydantic
+
+    from lmforge.serve.option_schemas import FeaturesRequest
+
+    assert FeatureOptions(layers=2.0).layers == 2
+    read = FeaturesRequest(texts="a", layers=2.0)
+    assert read.layers == 2 and type(read.layers) is int
+    for bad in (2.5, True):  # a fraction and a bool: refused by both
+        with pytest.raises(pydantic.ValidationError):
+            FeaturesRequest(texts="a", layers=bad)

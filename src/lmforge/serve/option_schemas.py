@@ -13,7 +13,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, Field, create_model
 
 from lmforge.analysis.feature_options import FeatureOptions
-from lmforge.config.options import OptionsError, base_type, bounds_text, coerce
+from lmforge.config.options import OptionsError, base_type, bounds_text, coerce, whole_kind
 from lmforge.pipelines.embed_options import EmbedOptions
 from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI, SOME, field_error, refused_name
 
@@ -35,7 +35,9 @@ def options_fields(cls, skip: tuple = ()) -> dict:
             extra = _list_schema(meta, extra)
         described = meta.get("help", "") + bounds_text(meta)
         kind = hints[f.name] | None
-        if base_type(f.type)[0] == "int":  # a whole 3.0 is 3, as the library and a config file read it
+        # a whole 3.0 is 3, as the library and a config file read it: an int field's, and a union's that
+        # admits an int and no float (layers: int | str | list, where 2.0 was refused as no integer)
+        if whole_kind(base_type(f.type)[0]):
             kind = Annotated[kind, BeforeValidator(functools.partial(_whole, cls, f.name))]
         out[f.name] = (kind, Field(f.default, description=described, json_schema_extra=extra or None))
     return out

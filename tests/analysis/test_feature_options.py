@@ -34,6 +34,19 @@ def test_distinct_layers_are_all_chosen(layers, chosen):
     assert FeatureOptions(layers=layers).chosen(5) == chosen
 
 
+@pytest.mark.parametrize("layers", ["\uff12", "\u0661", "0-\uff12", "\U0001d7d0"])
+def test_a_layer_is_named_in_ascii_digits_as_attention_s_layers_are(layers):
+    """A fullwidth 2, an Arabic-Indic 1 or a mathematical bold 2 was read as that layer (a str's \\d and
+    int() take them), where the attention view's --layers and ?layers= refuse them."""
+    from lmforge.analysis.attention import layer_list
+
+    with pytest.raises(OptionsError, match="is not a layer index") as err:
+        FeatureOptions(layers=layers)
+    assert err.value.field == "layers"
+    with pytest.raises(OptionsError):
+        layer_list(layers, 5)
+
+
 def test_the_python_face_raises_the_typed_error():
     torch.manual_seed(0)
     model = lmforge.build(lmforge.tiny("elmo-small")).eval()

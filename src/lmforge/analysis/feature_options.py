@@ -26,8 +26,9 @@ WORD_POOLINGS = ("first", "mean", "last")
 POOLINGS = TEXT_POOLINGS + ("first",)
 MAX_SPEC_CHARS = 4096  # characters of a layer selection text
 MAX_WEIGHT = 100.0  # |s_j| and |gamma|: softmax saturates long before
-_INDEX = re.compile(r"-?\d{1,7}")
-_RANGE = re.compile(r"(\d{1,7})-(\d{1,7})")
+# ASCII digits only, as attention's layer_list reads them (a str's \d took "２" and "١" as 2 and 1)
+_INDEX = re.compile(r"-?\d{1,7}", re.ASCII)
+_RANGE = re.compile(r"(\d{1,7})-(\d{1,7})", re.ASCII)
 
 
 @dataclass

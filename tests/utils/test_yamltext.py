@@ -1,4 +1,6 @@
 """utils/yamltext: a user's YAML is read with exponent-form numbers as numbers, never crashing the reader."""
+import re
+
 import pytest
 import yaml
 
@@ -40,3 +42,21 @@ def test_aliases_standing_for_too_many_values_or_for_themselves_are_refused():
     with pytest.raises(yaml.YAMLError, match="holds itself"):
         load_yaml("a: &a [1, *a]")
     assert load_yaml("a: &a [1, 2]\nb: *a\n") == {"a": [1, 2], "b": [1, 2]}  # a bounded alias is fine
+
+
+@pytest.mark.parametrize("text, said", [("d_model: 2024-13-01", "month must be in 1..12"),
+                                        ("d_model: " + "9" * 5000, "Exceeds the limit (4300 digits)")])
+def test_a_scalar_its_constructor_cannot_build_is_a_yaml_error(tmp_path, capsys, text, said):
+    """A date that is no date or an int of 5000 digits was a bare ValueError: lmforge inspect d_model=... said
+    'month must be in 1..12', naming no field, and --config named no file (and advised
+    sys.set_int_max_str_digits). A key=value now reaches the field's check as text; a file is named."""
+    from lmforge.cli import main
+
+    with pytest.raises(yaml.YAMLError, match=re.escape(said)):
+        load_yaml(text)
+    (tmp_path / "c.yaml").write_text(text + "\n")
+    assert main(["inspect", "bert-base", "--config", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read config file {tmp_path / 'c.yaml'}" in err and "set_int_max_str_digits" not in err
+    assert main(["inspect", "bert-base", text.replace(": ", "=")]) == 2
+    assert "d_model must be an integer, got '" in capsys.readouterr().err

@@ -3,8 +3,9 @@ reads it, but with 1e-3 and 6.0e13 as the numbers they are written as (YAML 1.1 
 exponent, so plain PyYAML reads them as text, and "lr: 1e-3" would be refused as no number), and nesting
 too deep for the parser as a YAMLError (one line naming the file, as every reader says it), not a
 RecursionError. Refused as a YAMLError too: a key given twice in one mapping (PyYAML and json keep the last,
-silently), a value that holds itself, and aliases standing for more than MAX_VALUES values ("billion
-laughs": 9 aliases of 9 aliases ... are 10**9 values to any reader that walks them)."""
+silently), a value that holds itself, a scalar its constructor cannot build (a date 2024-13-01, an int of
+5000 digits), and aliases standing for more than MAX_VALUES values ("billion laughs": 9 aliases of 9
+aliases ... are 10**9 values to any reader that walks them)."""
 from __future__ import annotations
 
 import re
@@ -48,6 +49,9 @@ def load_yaml(text: str):
         return value
     except RecursionError:
         raise yaml.YAMLError("nested too deeply") from None
+    except ValueError as err:  # a scalar its constructor fails on (2024-13-01, an int of 5000 digits): a
+        # bare ValueError named neither the file nor the key=value, and advised sys.set_int_max_str_digits
+        raise yaml.YAMLError(f"a value it cannot read: {str(err).split(';')[0]}") from None
 
 
 def _count(value, counted: dict) -> int:

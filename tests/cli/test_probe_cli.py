@@ -167,3 +167,19 @@ def test_bad_input_is_one_line_with_status_2(model_dir, tmp_path, capsys, argv, 
     assert not (tmp_path / "o").exists()  # refused before any output
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and named in err and err.startswith(f"lmforge {argv[0]}: error:")
+
+
+def test_a_blank_text_is_refused_before_the_model_is_read(model_dir, tmp_path, capsys, monkeypatch):
+    """features --text ' ' is refused by the library's rule (text_features.feature_texts), which ran only
+    once the model was loaded: the command's own check before the model had been dropped for it."""
+    import lmforge.cli.analysis_probe as probe
+
+    def unread(args):
+        raise AssertionError("the model was read")
+
+    monkeypatch.setattr(probe, "analysed_model", unread)
+    assert main(["features", "--model", model_dir, "--text", "a", "--text", " ", "--out",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err == "lmforge features: error: --text: the text to take features of is empty (texts[1])\n", err
+    assert not (tmp_path / "o").exists()

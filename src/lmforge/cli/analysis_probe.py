@@ -286,10 +286,10 @@ FLAGS = {"layers": "--layers", "mix_weights": "--mix-weights", "mix_gamma": "--m
          "pooling": "--pooling", "max_length": "--max-len", "truncate": "--truncate", "texts": "--text"}
 
 
-def feature_options(args):
-    """The FeatureOptions of the flags (the server's /features builds the same object): a bad value names
-    its flag."""
+def feature_options(args) -> tuple:
+    """(FeatureOptions of the flags, as /features builds them; the --text texts): a bad one names its flag."""
     from lmforge.analysis.feature_options import FeatureOptions
+    from lmforge.analysis.text_features import feature_texts
     from lmforge.cli.common import UsageError
     from lmforge.config.options import OptionsError
 
@@ -300,8 +300,8 @@ def feature_options(args):
     fields = {"layers": args.layers, "mix_weights": weights, "mix_gamma": args.mix_gamma,
               "pooling": args.pooling or "none", "max_length": args.max_len,
               "truncate": args.truncate or None}
-    try:
-        return FeatureOptions.build(fields=fields, from_text=True)
+    try:  # a blank text refused by the library's rule here, before the model is read, not after
+        return FeatureOptions.build(fields=fields, from_text=True), feature_texts(args.text)
     except OptionsError as err:
         raise named_once(err, FLAGS.get(err.field, err.field)) from None
 
@@ -317,10 +317,10 @@ def _text_features(args) -> None:
 
     if args.data or args.task:
         raise UsageError("give --text or --data / --task, not both")
-    options = feature_options(args)
+    options, texts = feature_options(args)
     model, tokenizer = analysed_model(args)
     try:  # the model's own limits (its positions, its special tokens): named by the flag, as the options' are
-        found = text_features(model, tokenizer, args.text, options, args.batch_size)
+        found = text_features(model, tokenizer, texts, options, args.batch_size)
     except OptionsError as err:
         raise named_once(err, FLAGS.get(err.field, err.field)) from None
     out = Path(args.out)

@@ -173,6 +173,15 @@ def test_unsupported_sentence_transformers_modules(tmp_path):
         pooling_modes(path)
 
 
+def test_a_pooling_module_without_its_config_is_refused_naming_the_file(tmp_path):
+    """modules.json naming 1_Pooling without 1_Pooling/config.json (sentence-transformers cannot load it) was
+    embedded with mean pooling, unsaid: a CLS model's vectors were another model's."""
+    path = tiny_st_dir(tmp_path, {"pooling_mode": "cls"})
+    (path / "1_Pooling" / "config.json").unlink()
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path / '1_Pooling' / 'config.json'))}: missing"):
+        lmforge.embed(["abc"], model=path)
+
+
 def test_cli_embed_writes_npy(tmp_path, capsys):
     path = tiny_st_dir(tmp_path / "model", {"pooling_mode": "mean"})
     texts = ["abc", "", "a b c d"]

@@ -98,7 +98,9 @@ def pooling_config(path: Path) -> tuple:
             raise CheckpointError(f"{file}: module {str(said)[:60]!r} is not supported "
                                   f"(supported: {', '.join(KNOWN_MODULES)})")
         config_file = path / str(module.get("path", "")) / "config.json"
-        if kind == "Pooling" and config_file.is_file():
+        if kind == "Pooling" and not config_file.is_file():  # mean was assumed, unsaid (a CLS model's too)
+            raise CheckpointError(f"{config_file}: missing, though {file} names its Pooling module")
+        if kind == "Pooling":
             found = _pooling(config_file)
         kinds.append(kind)
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):

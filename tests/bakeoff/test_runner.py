@@ -257,3 +257,20 @@ def test_a_max_len_past_the_models_positions_is_refused_before_a_schedule_is_cou
     with pytest.raises(PlanError, match=r"arms\.mlm: max_len 128 is over the model's max_seq_len \(64\)"):
         BakeOff(check_plan(tiny_plan), tmp_path, log=lambda line: None)
     assert not (tmp_path / "schedule.json").exists()
+
+
+def test_a_fine_tuning_max_len_past_the_models_positions_is_refused_before_any_arm_pretrains(tmp_path,
+                                                                                            tiny_plan):
+    """finetune.max_len 96 on a 64-position model: fine-tuning refused it when the arm's first task started,
+    after its pretraining had run (hours); now refused with the schedules, by fine-tuning's own check (which
+    takes its default, 128, as reading to the model's context)."""
+    from lmforge.bakeoff import PlanError
+    from lmforge.bakeoff.runner import BakeOff
+
+    tiny_plan["finetune"]["max_len"] = 96
+    with pytest.raises(PlanError) as err:
+        BakeOff(check_plan(tiny_plan), tmp_path, log=lambda line: None)
+    said = str(err.value)
+    assert said.endswith(": arms.mlm: finetune.max_len=96: more tokens than the model reads "
+                         "(max_seq_len=64)")
+    assert "\n" not in said and not (tmp_path / "schedule.json").exists() and not (tmp_path / "mlm").exists()

@@ -113,9 +113,11 @@ def test_every_option_has_a_flag_with_its_bounds_in_the_help():
 
 def test_the_jobs_take_only_their_own_options_object(tmp_path):
     from lmforge.retrieval import jobs
+    from lmforge.train import TrainConfig
 
-    for call in (lambda: jobs.run_ict("m", tmp_path, None, None, False),  # a flag where the options go
-                 lambda: jobs.run_reader("m", tmp_path, None, options=RealmOptions()),
+    cfg = TrainConfig()  # a TrainConfig itself, checked first (tests/test_job_arguments.py)
+    for call in (lambda: jobs.run_ict("m", tmp_path, cfg, None, False),  # a flag where the options go
+                 lambda: jobs.run_reader("m", tmp_path, cfg, options=RealmOptions()),
                  lambda: jobs.query_index(tmp_path, ["q"], {"k": 3})):
         with pytest.raises(OptionsError, match="options must be a"):
             call()

@@ -189,3 +189,40 @@ def test_evaluate_never_writes_its_predictions_over_a_file_of_the_model_folder(t
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
     evaluate(str(model), records, out=model / "predictions.jsonl")
     assert len((model / "predictions.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_run_s_checkpoints_in_out_or_none_to_resume_are_refused_naming_out_before_the_model_is_read(
+        tmp_path, monkeypatch, resume):
+    """finetune(..., out) on a folder holding checkpoints, without resume, was a plain FileExistsError raised
+    by Trainer.fit once the model was loaded and the records encoded; resume with none, NothingToResume
+    there."""
+    from lmforge.tasks import finetune as module
+    from lmforge.train.checkpoint import NothingToResume
+    from lmforge.utils.atomic import UnsafePath
+
+    if not resume:
+        (tmp_path / "run" / "checkpoints" / "step-0000004").mkdir(parents=True)
+    monkeypatch.setattr(module, "load_model", lambda *a, **k: pytest.fail("work began before the refusal"))
+    with pytest.raises(NothingToResume if resume else UnsafePath) as err:
+        finetune(tiny(), tokenizer(), "cls", sentiment()["train"][:8], None, tmp_path / "run", cfg(steps=1),
+                 resume=resume, log=quiet)
+    said, out = str(err.value), tmp_path / "run"
+    assert "\n" not in said and ("no checkpoint under" in said if resume else said ==
+                                 f"out {out} already holds a run's checkpoints: pass resume=True (--resume) "
+                                 "to continue it, or another folder")
+    assert resume or err.value.field == "out"
+
+
+@pytest.mark.parametrize("train_cfg, task_cfg, name, cls", [
+    ({"steps": 1}, None, "train_cfg", "TrainConfig"), (None, {"max_len": 32}, "task_cfg", "TaskConfig"),
+    (None, TrainConfig(steps=1), "task_cfg", "TaskConfig")])
+def test_an_options_object_of_another_type_is_refused_naming_its_argument(tmp_path, train_cfg, task_cfg, name,
+                                                                          cls):
+    """finetune(task_cfg={...}) was a TypeError, train_cfg={...} an AttributeError, deep in the run."""
+    with pytest.raises(OptionsError) as err:
+        finetune(tiny(), tokenizer(), "cls", sentiment()["train"][:8], None, tmp_path / "run",
+                 train_cfg or cfg(steps=1), task_cfg, log=quiet)
+    kind = type(task_cfg if name == "task_cfg" else train_cfg).__name__
+    assert str(err.value) == f"{name} must be a {cls}, got {kind}" and err.value.field == name
+    assert not (tmp_path / "run").exists()

@@ -253,3 +253,18 @@ def test_a_max_len_past_the_models_positions_exits_2_and_writes_nothing(model_di
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "max_len=500: more tokens than the model reads (max_seq_len=128)" in err
     assert not out.exists()
+
+
+def test_an_out_holding_a_run_s_checkpoints_exits_2_naming_out_before_the_model_is_read(model_dir, tmp_path,
+                                                                                       capsys, monkeypatch):
+    """It exited 2 (a FileExistsError, an OSError) only once the model was loaded and the records encoded."""
+    from lmforge.tasks import finetune as module
+
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    monkeypatch.setattr(module, "load_model", lambda *a, **k: pytest.fail("the model was read first"))
+    assert main(["finetune", "--model", str(model_dir), "--builtin", "sentiment", "--out", str(out),
+                 "--steps", "2", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"lmforge finetune: error: --out {out} already holds a run's checkpoints: pass "
+                   "resume=True (--resume) to continue it, or another folder\n")

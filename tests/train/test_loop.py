@@ -110,9 +110,14 @@ def test_accumulation_equals_one_big_batch(tmp_path):
 
 
 def test_existing_checkpoints_are_not_overwritten_without_resume(tmp_path):
+    """Refused as every refusal of out is (it was a plain FileExistsError): typed, one line, naming out."""
+    from lmforge.utils.atomic import UnsafePath
+
     Trainer(mlm_objective(), toy_data(), quick(steps=2), tmp_path).fit()
-    with pytest.raises(FileExistsError, match="resume"):
+    with pytest.raises(UnsafePath) as err:
         Trainer(mlm_objective(), toy_data(), quick(steps=2), tmp_path).fit()
+    assert str(err.value) == (f"out {tmp_path} already holds a run's checkpoints: pass resume=True "
+                              "(--resume) to continue it, or another folder") and err.value.field == "out"
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):

@@ -107,3 +107,18 @@ def check_finetune_reads(finetune: dict, tasks: tuple, where: str, fail, arms: t
         if unread and finetune[key] != getattr(defaults, key):
             fail(f"{where}.{key}", f"an option of {' and '.join(owners[key])} tasks, and no task of the plan "
                                    f"is one (its tasks: {', '.join(sorted(map(str, kinds)))})")
+
+
+def check_finetune_len(finetune: dict, model_config, where: str, error=ValueError) -> None:
+    """error naming `where` (the plan and its arm) and finetune.max_len where the recipe `finetune` sets it
+    past the positions of the arm's model (config `model_config`), by fine-tuning's own check
+    (tasks.base.check_max_len): fine-tuning says it when the arm's first task starts, after its pretraining
+    has run (hours); the runner's schedules say it before any arm pretrains."""
+    from lmforge.tasks.base import check_max_len
+    from lmforge.tasks.finetune import TaskConfig
+
+    options = {k: v for k, v in finetune.items() if k in TaskConfig.__dataclass_fields__}
+    try:
+        check_max_len(TaskConfig.from_dict(options), model_config)
+    except OptionsError as err:
+        raise error(f"{where}: finetune.{err}") from None

@@ -31,7 +31,7 @@ from lmforge.bakeoff.fingerprint import (digest, pretrain_key, result_key, sched
                                          tokenizer_key)
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
-from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, read_by_kind
+from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, check_finetune_len, read_by_kind
 from lmforge.bakeoff.results import RESULTS  # noqa: F401 (callers read it here)
 from lmforge.bakeoff.results import (append_row, built_files, hardware, mend, read_results, read_signed,
                                      replace_row, write_signed)
@@ -153,6 +153,7 @@ def schedules(plan: Plan, vocab_size: int, measure=None) -> dict:
         if T > cfg.max_seq_len:  # pretrain refuses it when the arm starts: a dry run counted steps never run
             raise PlanError(f"{plan.source}: arms.{arm.name}: max_len {T} is over the model's max_seq_len "
                             f"({cfg.max_seq_len})")
+        check_finetune_len(plan.finetune, cfg, f"{plan.source}: arms.{arm.name}", PlanError)
         if not arm.pretrain:  # a baseline fine-tuned as it is: no FLOPs of its own
             out[arm.name] = Schedule(0, 0.0, 0.0, {})
             continue

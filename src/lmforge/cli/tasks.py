@@ -140,9 +140,10 @@ def check_model(name: str) -> None:
 
 def cmd_finetune(args) -> None:
     """Fine-tune a model on a task; metrics, best/ and final/ under --out; prints the summary."""
-    from lmforge.cli.common import (UsageError, note, parse_overrides, read_config_file, refuse_overwrite,
-                                    train_config)
+    from lmforge.cli.common import (UsageError, flag_named, note, parse_overrides, read_config_file,
+                                    refuse_overwrite, train_config)
     from lmforge.train.checkpoint import RUN_FILES
+    from lmforge.train.run_folder import run_folder
     from lmforge.io import model_dir
     from lmforge.tasks.finetune import TaskConfig, finetune, load_model
     from lmforge.tasks.formats import check_labels, label_set
@@ -154,6 +155,8 @@ def cmd_finetune(args) -> None:
     args.seed = train.seed  # the run's: it splits a built-in task, inits a preset
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--model", args.model),
                      ("--tokenizer", args.tokenizer), ("--config", args.config), writes=RUN_FILES)
+    with flag_named("out", "--out", None):  # a run there already (or none to resume): before any read
+        run_folder(args.out, args.resume)
     if not args.builtin and not args.train:
         raise UsageError("give --train FILE (and --valid FILE), or --builtin NAME")
     check_model(args.model)

@@ -23,7 +23,7 @@ from lmforge.compress.measure import given_data, measure_side_by_side
 from lmforge.compress.model_files import output_folder
 from lmforge.compress.sparsity import METHODS, Pruner, is_score, kept_by_matrix, weight_sparsity
 from lmforge.config import atomic_write_text, option
-from lmforge.config.options import OptionsError, check_options, refuse_changed
+from lmforge.config.options import OptionsError, check_options, instance_of, refuse_changed
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import Loss, Objective
 from lmforge.tasks.fields import given_records
@@ -192,8 +192,7 @@ def _task_options(train_cfg: TrainConfig, task_cfg: TaskConfig | None, valid) ->
     """The run's TaskConfig (keep_best off), after an OptionsError naming a setting of validation given with
     nothing to validate (as finetune refuses it) or an option of UNREAD: refused, never ignored (freezing
     and layer-wise decay were taken and ignored unsaid)."""
-    if not valid:
-        check_validated(train_cfg, task_cfg or TaskConfig())
+    check_validated(train_cfg, instance_of(task_cfg, TaskConfig, "task_cfg") or TaskConfig(), valid)
     task_cfg = TaskConfig.from_dict({**(task_cfg.__dict__ if task_cfg else {}), "keep_best": False})
     refuse_changed(task_cfg, UNREAD, "a fine-tuning option that pruning during fine-tuning does not read (it "
                    "trains every block at one rate)")
@@ -205,6 +204,8 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
                    resume: bool = False, log=print) -> dict:
     """Fine-tune `model` on `train` while pruning its block Linears by sparse_cfg's method to its
     sparsity; writes metrics.jsonl, checkpoints/ and final/ (masks baked) under `out`; returns the summary."""
+    instance_of(train_cfg, TrainConfig, "train_cfg", False)  # options objects, not dicts of their fields
+    instance_of(sparse_cfg, SparseConfig, "sparse_cfg", False)  # task_cfg's is _task_options' first check
     if train_cfg.parallel == "fsdp":  # FSDP shards the weights and scores: a matrix's top-k needs it whole
         raise ValueError("parallel=fsdp: pruning during fine-tuning ranks whole matrices; use parallel=ddp")
     task_cfg, s, out = _task_options(train_cfg, task_cfg, valid), sparse_cfg, training_folder(out)

@@ -26,7 +26,7 @@ from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.model_files import output_folder
 from lmforge.config import atomic_write_text, option
 from lmforge.config.model import MAX_LAYERS
-from lmforge.config.options import OptionsError, check_options
+from lmforge.config.options import OptionsError, check_options, instance_of
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objective
 from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
@@ -227,9 +227,10 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     """Distil the fine-tuned teacher at `teacher_dir` into a student on `train` records; writes
     metrics.jsonl, checkpoints/, best/, final/ and summary.json under `out`; returns the summary.
     checked: {source: records} the teacher's labels must fit, checked before training."""
-    cfg, out = cfg or DistillConfig(), training_folder(_out_apart(out, teacher_dir))
-    if not valid:  # eval_every with nothing to validate: refused, not ignored (as finetune)
-        check_validated(train_cfg, TaskConfig())
+    instance_of(train_cfg, TrainConfig, "train_cfg", False)  # an options object, not a dict of its fields
+    cfg = instance_of(cfg, DistillConfig, "cfg") or DistillConfig()
+    out = training_folder(_out_apart(out, teacher_dir))
+    check_validated(train_cfg, TaskConfig(), valid)  # eval_every, nothing to validate: refused (as finetune)
     kind = saved_kind(teacher_dir)  # the records checked before the teacher is loaded, by its task.json
     train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
     checked = {source: given_records(records, kind, source) for source, records in (checked or {}).items()}

@@ -17,7 +17,7 @@ import numbers
 from dataclasses import field
 from typing import Any
 
-from lmforge.utils.errors import OptionsError  # noqa: F401 (the options' error, raised here and re-exported)
+from lmforge.utils.errors import OptionsError, instance_of  # noqa: F401 (raised here and re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,8 +333,7 @@ def with_changes(cls, options, fields: dict | None, what: str, from_text: bool =
                  drop_none: bool = False):
     """`options` (an instance of `cls`, or None for its defaults) with `fields` changed, checked again
     (drop_none: a field given as None keeps its value, for keyword arguments that default to None)."""
-    if options is not None and not isinstance(options, cls):
-        raise OptionsError(f"options must be a {cls.__name__}, got {type(options).__name__}", "options")
+    instance_of(options, cls, "options")  # a dict of its fields is refused, not read as one
     base = {} if options is None else {f.name: getattr(options, f.name) for f in dataclasses.fields(cls)}
     changes = {k: v for k, v in (fields or {}).items() if not (drop_none and v is None)}
     return from_dict(cls, {**base, **changes}, what, from_text=from_text)

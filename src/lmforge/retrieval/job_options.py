@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lmforge.config.options import OptionsError, check_options, option, with_changes
+from lmforge.config.options import OptionsError, check_options, instance_of, option, with_changes
 from lmforge.generate.options import GenerationOptions
 from lmforge.retrieval.passages import MAX_WORDS, WORDS
 from lmforge.retrieval.rag_decode import DECODINGS, check_fast
@@ -132,6 +132,16 @@ class RagOptions:
 def options_of(cls, options):
     """`options` checked to be a `cls` (None: its defaults); anything else is an OptionsError naming it."""
     return with_changes(cls, options, None, cls.__name__)
+
+
+def job_config(name: str, cfg):
+    """`cfg`, the training job `name`'s TrainConfig, after one_process(name) (the job runs in one process)
+    and an OptionsError naming cfg where it is no TrainConfig (a dict of its fields is not read as one)."""
+    from lmforge.train.config import TrainConfig
+    from lmforge.utils.ranks import one_process
+
+    one_process(name)
+    return instance_of(cfg, TrainConfig, "cfg", optional=False)
 
 
 def generator_passes(options: RagOptions, batch_size: int) -> tuple:

@@ -25,7 +25,7 @@ from lmforge.retrieval.index import DenseIndex
 from lmforge.retrieval.index_dir import finish_build, open_index, refuse_foreign_parts, start_build
 from lmforge.retrieval.job_options import (MAX_CANDIDATES, MAX_HARD_NEGATIVES, MAX_QUERIES, MAX_QUERY_CHARS,
                                            MAX_READ, IctOptions, IndexOptions, QueryOptions, ReaderOptions,
-                                           RealmOptions, options_of)
+                                           RealmOptions, job_config, options_of)
 from lmforge.retrieval.passages import is_passages_file, load_passages, write_passages
 from lmforge.retrieval.questions import builtin_questions, check_answers, check_positives, read_questions
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
@@ -231,7 +231,7 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     """Train DPR from `model` on the training questions (with `separate` question and passage
     encoders), then recall@k on the held-out ones for BM25, the untrained and the trained encoder;
     written to out/recall.json and returned."""
-    one_process("run_train")
+    cfg = job_config("run_train", cfg)
     n_hard = checked_argument("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES},
                               n_hard)  # --hard-negatives
     out = training_folder(out)
@@ -273,7 +273,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     out/checkpoints) on the training questions (each with its positive and BM25 negatives), then exact
     match on the held-out ones read from their top-k passages (BM25's, or `retriever`'s); written to
     out/reader.json and returned."""
-    one_process("run_reader")
+    cfg = job_config("run_reader", cfg)
     options = options_of(ReaderOptions, options)
     k, out = options.k, training_folder(out)
     refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
@@ -329,7 +329,7 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     from lmforge.io.resolve import find_model_dir
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
 
-    one_process("run_realm")
+    cfg = job_config("run_realm", cfg)
     options = options_of(RealmOptions, options)
     out = training_folder(out)
     refuse_overlap(out, ("model", model), ("passages_source", passages_source), ("retriever", retriever),
@@ -366,7 +366,7 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
     for `retrieve realm`); the in-batch accuracy of held-out pairs before and after, in out/ict.json."""
     from lmforge.retrieval.ict import ict_examples
 
-    one_process("run_ict")
+    cfg = job_config("run_ict", cfg)
     options = options_of(IctOptions, options)
     out = training_folder(out)
     refuse_overlap(out, ("model", model), ("passages_source", passages_source), models=("model",))

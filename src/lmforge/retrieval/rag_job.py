@@ -13,14 +13,13 @@ import torch
 from lmforge.config.checks import within_context
 from lmforge.config.options import OptionsError
 from lmforge.retrieval.dpr import BiEncoder, passage_text
-from lmforge.retrieval.job_options import RagOptions, check_rag_cost, options_of
+from lmforge.retrieval.job_options import RagOptions, check_rag_cost, job_config, options_of
 from lmforge.retrieval.jobs import question_sets, refuse_overlap
 from lmforge.retrieval.rag_train import (QUESTION_PIECES, RAGObjective, exact_match_rate, passage_tokens,
                                          rag_examples)
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.loop import Trainer, check_resumable
 from lmforge.utils.atomic import atomic_write_text, replace_dir
-from lmforge.utils.ranks import one_process
 
 # preset generators: a BART of these sizes over the retriever tokenizer's vocabulary (bart-small is
 # bench/retrieval_qa.py's); max_seq_len grows to the run's max_len
@@ -79,7 +78,7 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     held-out ones, decoded as options say. The generator (with its LM head and tokenizer) is saved in
     out/final, the retriever in out/retriever (the trained question encoder, the passage encoder that
     embedded the index); the result in out/rag.json, returned."""
-    one_process("run_rag")
+    cfg = job_config("run_rag", cfg)
     options = options_of(RagOptions, options)
     check_rag_cost(options, cfg.batch_size)
     out = training_folder(out)

@@ -85,9 +85,28 @@ def check_read(task: str, read: tuple, cfg, model_config=None) -> None:
     owners = option_owners()  # name -> the kinds of task that read it
     refuse_changed(cfg, [name for name in owners if name not in read], lambda name: f"an option of "
                    f"{' and '.join(owners[name])} tasks; a {task} task does not read it")
+    check_max_len(cfg, model_config)
+
+
+def check_max_len(cfg, model_config=None) -> None:
+    """An OptionsError naming max_len where `cfg` (a TaskConfig) sets it past the positions of the model of
+    config `model_config` (None: nothing checked): fine-tuning's check (check_read), and a bake-off plan's
+    before any arm pretrains. Its default, 128, is no refusal: it reads to a shorter model's context."""
     if model_config is not None and cfg.max_len > model_config.max_seq_len:
         refuse_changed(cfg, ("max_len",), f"more tokens than the model reads (max_seq_len="
                        f"{model_config.max_seq_len})")
+
+
+def check_validated(train_cfg, task_cfg, valid=None) -> None:
+    """An OptionsError naming a setting of validation (eval_every, patience, keep_best, eval_batch_size)
+    changed from its default in a run (its TrainConfig, TaskConfig) without `valid` records, where nothing
+    reads it: fine-tuning's check, distillation's and pruning's."""
+    if valid:
+        return
+    why = "a setting of validation, and the run has no validation records (--valid FILE) to evaluate"
+    if train_cfg.eval_every:  # left out (null) or 0: no validation during training, as the run has none
+        refuse_changed(train_cfg, ("eval_every",), why)
+    refuse_changed(task_cfg, ("patience", "keep_best", "eval_batch_size"), why)
 
 
 def _reusable_pooler(model: nn.Module):

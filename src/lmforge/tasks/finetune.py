@@ -20,13 +20,13 @@ from typing import Optional
 import torch
 
 from lmforge.config import atomic_write_text, option
-from lmforge.config.options import OptionsError, check_options, checked_as, coerce, refuse_changed
+from lmforge.config.options import OptionsError, check_options, checked_as, coerce, instance_of
 from lmforge.fast.optimize import optimize
 from lmforge.io import find_model_dir, find_tokenizer, load, model_dir, save
 from lmforge.io.labels import ACTIVATIONS
 from lmforge.model import from_config
 from lmforge.presets import PRESETS, get_config
-from lmforge.tasks.base import Task, check_read, task_class
+from lmforge.tasks.base import Task, check_read, check_validated, task_class
 from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list, training_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
@@ -36,10 +36,10 @@ from lmforge.tasks.reference import (ONE_SCORE, check_kind, check_scored, defaul
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.checkpoint import training_folder
 from lmforge.train.config import check_device, check_ranks, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.loop import resolve_device
+from lmforge.train.run_folder import run_folder
 from lmforge.utils.atomic import replace_dir
 from lmforge.utils.model_folder import apart_from_inputs, record_sums
 
@@ -268,15 +268,6 @@ def trained_settings(cfg: TaskConfig) -> dict:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in EVALUATION}
 
 
-def check_validated(train_cfg: TrainConfig, task_cfg: TaskConfig) -> None:
-    """An OptionsError naming a setting of validation (eval_every, patience, keep_best, eval_batch_size)
-    changed from its default in a run without validation records, where nothing reads it."""
-    why = "a setting of validation, and the run has no validation records (--valid FILE) to evaluate"
-    if train_cfg.eval_every:  # left out (null) or 0: no validation during training, as the run has none
-        refuse_changed(train_cfg, ("eval_every",), why)
-    refuse_changed(task_cfg, ("patience", "keep_best", "eval_batch_size"), why)
-
-
 def checkpoint_defaults(model, kind: str, train: list, labels: list | None, cfg: TaskConfig) -> tuple:
     """(labels, cfg) with what a model directory says where the caller says nothing: its label order where the
     training records use the very same labels, so its trained head goes on with the meaning of each output
@@ -306,11 +297,11 @@ def finetune(model, tokenizer, kind: str, train: list, valid: list | None, out, 
              log=print) -> dict:
     """Fine-tune `model` (object, directory or preset: its init drawn from train_cfg.seed) on `train` records
     of task `kind`, validating on `valid`; writes under `out` (the module docstring); returns the summary."""
-    check_ranks(train_cfg)  # under torchrun: parallel=none, no GPU for this process: refused before any work
+    check_ranks(instance_of(train_cfg, TrainConfig, "train_cfg", False))  # torchrun: parallel=none, no GPU
     train = training_records(kind, train)  # an unknown kind, or no records: refused before any work
-    task_cfg, out = task_cfg or TaskConfig(), training_folder(out, model=model, tokenizer=tokenizer)
-    if not valid:
-        check_validated(train_cfg, task_cfg)
+    task_cfg = instance_of(task_cfg, TaskConfig, "task_cfg") or TaskConfig()  # a dict is refused, not read
+    out = run_folder(out, resume, model=model, tokenizer=tokenizer)  # never an input, nor a run not resumed
+    check_validated(train_cfg, task_cfg, valid)  # a setting of validation, with no records to validate
     # Python's records as a file's are read (a dataset's integer class ids become the labels "0", "1", ...)
     train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
     labels, task_cfg = checkpoint_defaults(model, kind, train, labels, task_cfg)

@@ -27,7 +27,7 @@ from lmforge.io.files import DiskFull
 from lmforge.quant.int8 import refuse_int8
 from lmforge.train import distributed as dist
 from lmforge.train.checkpoint import (CheckpointCorrupt, NothingToResume, TrainingDiverged, all_finite,
-                                      check_optimizer, check_resumable, checkpoints, global_rngs_kept,
+                                      check_optimizer, check_resumable, global_rngs_kept,
                                       latest_checkpoint, save_checkpoint, seed_all, set_rng_states,
                                       training_folder)
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, evaluated_every, resumed_config, run_notes
@@ -36,6 +36,7 @@ from lmforge.train.distributed import resolve_device  # a name of this module to
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.memory import check_step_fits, longest_example
 from lmforge.train.optim import build_optimizer, build_scheduler
+from lmforge.train.run_folder import check_start
 from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, held_out_metrics, read_record,
                                  step_loss, to_device, uncheckpoint_blocks, use_tf32)
 from lmforge.utils.atomic import replace_dir
@@ -337,12 +338,9 @@ class Trainer:
         with what each of `final_files` (folder -> None: the tokenizer's save, a task's files) writes. The
         global RNGs each step reseeds (torch's, Python's, NumPy's) are the caller's again after it."""
         with global_rngs_kept():
+            check_start(self.out, resume)  # a checkpoint to continue, or none of another run
             if resume:
-                check_resumable(self.out)
                 self.resume()
-            elif checkpoints(self.out / "checkpoints"):  # a killed first save's .tmp folder is no checkpoint
-                raise FileExistsError(f"{self.out} already holds checkpoints: pass resume=True (--resume) "
-                                      f"or choose another output directory")
             self._warn()
             if self.step < self.cfg.steps and self.cfg.memory_check:  # past the memory: killed, not refused
                 first = self.batches.micro_batch(self.step, 0)  # drawn again, the same, by the step

@@ -30,7 +30,7 @@ import torch
 from tokenizers import AddedToken
 
 from lmforge import objectives
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, instance_of
 from lmforge.data.corpus import CorpusReader
 from lmforge.data.gpt_format import grow_vocabulary
 from lmforge.data.read_options import ReadOptions
@@ -335,9 +335,7 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     example's corruption fixed in d copies, BERT's duplication factor), n_docs=. Any of their fields may
     be given as a keyword instead; an unknown or out-of-range one is an OptionsError naming it."""
     recipe, inputs = recipe_and_inputs(recipe, inputs, fields)
-    if not isinstance(train, TrainConfig):
-        raise OptionsError(f"train must be a TrainConfig, got {type(train).__name__}", "train")
-    check_ranks(train)  # under torchrun: parallel=none, or no GPU for this process, refused before any work
+    check_ranks(instance_of(train, TrainConfig, "train", False))  # under torchrun: parallel=none, or no GPU
     out = training_folder(out)  # a link as it or its checkpoints/ is refused before any work
     if inputs.resume:
         check_resumable(out)  # before the corpus is read and a tokenizer trained

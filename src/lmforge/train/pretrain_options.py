@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from lmforge.config.options import OptionsError, check_options, option, refuse_unknown, with_changes
+from lmforge.config.options import (OptionsError, check_options, instance_of, option, refuse_unknown,
+                                    with_changes)
 from lmforge.data.read_options import ReadOptions
 
 MAX_DUPLICATION = 100  # BERT's factor is 10; each copy is another corruption of every example per pass
@@ -102,7 +103,9 @@ def _names(cls) -> list:
 def recipe_and_inputs(recipe: RecipeOptions | None, inputs: PretrainInputs | None, fields: dict) -> tuple:
     """(RecipeOptions, PretrainInputs): `recipe` and `inputs` (or the defaults) with the keyword
     arguments `fields` changed, each to the object whose field it is; an unknown name is an
-    OptionsError naming it and every known one."""
+    OptionsError naming it and every known one; either object not one of its class, naming the argument."""
+    instance_of(recipe, RecipeOptions, "recipe")  # with_changes would name it "options"
+    instance_of(inputs, PretrainInputs, "inputs")
     refuse_unknown(fields, _names(RecipeOptions) + _names(PretrainInputs), "pretrain")
     recipe_fields = {k: v for k, v in fields.items() if k in _names(RecipeOptions)}
     input_fields = {k: v for k, v in fields.items() if k not in recipe_fields}

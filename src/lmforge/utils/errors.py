@@ -9,3 +9,12 @@ class OptionsError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+def instance_of(value, cls: type, name: str, optional: bool = True):
+    """`value` where it is a `cls` (or None, where `optional`: the caller's defaults), else an OptionsError
+    naming the argument `name` ("task_cfg must be a TaskConfig, got dict"): a job's options object checked
+    once, on entry, never met as a TypeError or an AttributeError deep in the run."""
+    if isinstance(value, cls) or (optional and value is None):
+        return value
+    raise OptionsError(f"{name} must be a {cls.__name__}, got {type(value).__name__}", name)

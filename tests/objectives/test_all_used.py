@@ -153,6 +153,20 @@ def test_a_head_the_objective_does_not_train_or_xlnet_attention_keeps_the_search
     assert not MaskedLM(xlnet, mask_id=3, special_ids=(1, 2)).uses_every_parameter()
 
 
+
+@pytest.mark.parametrize("n_global_tokens, says", [(1, True), (0, False)])
+def test_longformer_global_projections_without_a_global_token_keep_the_search(n_global_tokens, says):
+    """n_global_tokens=0 (allowed) leaves no token global: global_qkv idles on every step, which said True
+    stopped a DDP run without the search at its second step; a default global [CLS] reads it each step."""
+    torch.manual_seed(0)
+    cfg = tiny("longformer-base", n_global_tokens=n_global_tokens)
+    objective = MaskedLM(lmforge.build(cfg), mask_id=3, special_ids=(1, 2))
+    batch = objective.collate([objective.corrupt({"input_ids": [1, *range(5, 20), 2]},
+                                                 torch.Generator().manual_seed(0))] * 2)
+    idle = idle_after_step(objective, batch)
+    assert cfg.global_projections and (idle == []) is says, idle
+    assert objective.uses_every_parameter() is says
+
 def test_a_frozen_teacher_does_not_count_but_a_student_copy_of_its_other_head_does():
     torch.manual_seed(0)
     teacher = lmforge.build(tiny("bert-base"))

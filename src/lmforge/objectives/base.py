@@ -35,6 +35,16 @@ WEIGHT_MAX = 1000
 SOME_INPUTS_ONLY = ("xl-relative",)
 
 
+def reads_some_inputs_only(cfg) -> bool:
+    """Whether a model of config `cfg` (None: no model) reads some of its weights for some inputs only: a
+    position of SOME_INPUTS_ONLY, or Longformer's global projections where no token is global by default
+    (n_global_tokens=0: its global_qkv idles on a batch that names none, as a pretraining batch does)."""
+    if getattr(cfg, "position", None) in SOME_INPUTS_ONLY:
+        return True
+    return bool(getattr(cfg, "global_projections", False) and cfg.n_global_tokens == 0
+                and "longformer" in cfg.layer_patterns())
+
+
 def within(low=None, high=None, *, above: bool = False, below: bool = False, integer: bool = False) -> tuple:
     """A check_values rule (test, what the value must be): a finite number (an integer where `integer`)
     from `low` to `high` (None: no bound that side), strictly `above` low and `below` high where set."""
@@ -191,7 +201,7 @@ class Objective(nn.Module, abc.ABC):
             heads = getattr(model, "heads", None)
             if not isinstance(heads, nn.ModuleDict) or not any(p.requires_grad for p in model.parameters()):
                 continue  # not a model, or a frozen one (a teacher): DDP reduces no gradient of it
-            if getattr(getattr(model, "config", None), "position", None) in SOME_INPUTS_ONLY:
+            if reads_some_inputs_only(getattr(model, "config", None)):
                 return False
             if any(id(head) not in trained and any(p.requires_grad for p in head.parameters())
                    for head in heads.values()):

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from lmforge.analysis.maps import AttentionGroup, AttentionMaps
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, checked_text
 from lmforge.generate import generate
 from lmforge.generate.text import tokenizer_ids
 from lmforge.layers.inspection import inspecting
@@ -124,18 +124,10 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
     return maps
 
 
-
 def _check_text(name: str, text, empty: str) -> None:
     """An OptionsError naming `name` where `text` is no str, not UTF-8 (a lone surrogate: the tokenizer's
     error named nothing) or blank (`empty` says so)."""
-    if not isinstance(text, str):
-        raise OptionsError(f"{name} must be a text, got {type(text).__name__}", name)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise OptionsError(f"{name} is not valid Unicode: {err.reason} at position {err.start}",
-                           name) from None
-    if not text.strip():
+    if not checked_text(text, name).strip():
         raise OptionsError(empty, name)
 
 

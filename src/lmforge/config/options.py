@@ -17,7 +17,7 @@ import numbers
 from dataclasses import field
 from typing import Any
 
-from lmforge.utils.errors import OptionsError, instance_of  # noqa: F401 (raised here and re-exported)
+from lmforge.utils.errors import OptionsError, checked_text, instance_of  # noqa: F401 (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,13 +380,7 @@ def checked_texts(texts, name: str = "texts", one: bool = True) -> list:
     if not texts:
         raise OptionsError(f"{name} must be {'a text or ' if one else ''}a non-empty list of texts", name)
     for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise OptionsError(f"{name}[{i}] must be text, got {type(text).__name__}", name)
-        try:
-            text.encode("utf-8")  # the tokenizer refuses a lone surrogate without naming the text
-        except UnicodeEncodeError as err:
-            raise OptionsError(f"{name}[{i}] is not valid Unicode: {err.reason} at position {err.start}",
-                               name) from None
+        checked_text(text, name, f"{name}[{i}]", "text")
     return texts
 
 

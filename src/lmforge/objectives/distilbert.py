@@ -37,6 +37,7 @@ from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.quant.int8 import refuse_int8
 from lmforge.utils.checksum import model_fingerprint
+from lmforge.utils.errors import OptionsError
 
 SOFT_ON = ("real", "masked")  # positions of L_ce: every real token (reference default) or the masked ones
 # scripts/extract_distilbert.py's choice for a 12-layer BERT: every other layer, keeping the first and last
@@ -125,6 +126,21 @@ def _hidden(model: nn.Module, batch: dict) -> torch.Tensor:
                  run_heads=False).last_hidden_state
 
 
+def check_teacher_vocabulary(teacher, tokenizer, field: str) -> None:
+    """An OptionsError naming `field` (tokenizer: the one given; teacher: its folder's own) where the run's
+    tokenizer has other than the teacher's vocab_size ids: the student is grown from the teacher, embeddings
+    and LM head as they are. Once the teacher is had and before the corpus is read (pretrain's teacher_model;
+    Distillation.build checks it again for a caller that builds the objective itself)."""
+    if tokenizer is None or tokenizer.vocab_size == teacher.config.vocab_size:
+        return  # none yet (a model teacher, no tokenizer=: the shards' or one trained here, checked later)
+    said = (f"the tokenizer given has {tokenizer.vocab_size} ids, the teacher's vocabulary "
+            f"{teacher.config.vocab_size}: give the teacher's own tokenizer")
+    if field == "teacher":
+        said = (f"its folder's tokenizer has {tokenizer.vocab_size} ids, its vocabulary "
+                f"{teacher.config.vocab_size}: give the one it was trained with (tokenizer=, --tokenizer)")
+    raise OptionsError(f"{field}: {said}", field)
+
+
 class Distillation(MaskedLM):
     """DistilBERT: masked LM for the student plus the teacher's soft targets and hidden directions."""
 
@@ -152,9 +168,7 @@ class Distillation(MaskedLM):
     @classmethod
     def build(cls, teacher, tokenizer, **options) -> Distillation:
         """DistilBERT: a student of every other `teacher` layer, trained against the teacher."""
-        if tokenizer.vocab_size != teacher.config.vocab_size:
-            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids, the teacher's vocabulary "
-                             f"{teacher.config.vocab_size}: distil with the teacher's own tokenizer")
+        check_teacher_vocabulary(teacher, tokenizer, "tokenizer")
         return cls(student_from_teacher(teacher), teacher, tokenizer.special_id("mask"),
                    special_ids=tokenizer_specials(tokenizer, ("cls", "sep", "pad")),
                    pad_id=tokenizer_pad(tokenizer), **options)

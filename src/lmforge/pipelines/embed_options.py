@@ -25,7 +25,7 @@ from typing import Optional, Union
 import torch
 
 from lmforge.config.model import MAX_LEN, MAX_WIDTH
-from lmforge.config.options import OptionsError, check_options, option, with_changes
+from lmforge.config.options import OptionsError, check_options, checked_text, option, with_changes
 from lmforge.io.files import CheckpointError
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text
@@ -74,11 +74,8 @@ class EmbedOptions:
         if self.prompt_name is not None and not 0 < len(self.prompt_name) <= 128:
             raise OptionsError("prompt_name must be 1 to 128 characters", "prompt_name")
         for name in ("prompt", "prompt_name"):  # a lone surrogate failed in the tokenizer, naming "text"
-            try:
-                (getattr(self, name) or "").encode("utf-8")
-            except UnicodeEncodeError as err:
-                raise OptionsError(f"{name} is not valid Unicode: {err.reason} at position {err.start}",
-                                   name) from None
+            if getattr(self, name) is not None:
+                checked_text(getattr(self, name), name)
         if self.prompt is not None and self.prompt_name is not None:
             raise OptionsError("give prompt or prompt_name, not both", "prompt_name")
 

@@ -41,6 +41,7 @@ from lmforge.io import find_model_dir, load, model_dir
 from lmforge.io.resolve import checked_tokenizer
 from lmforge.model import from_config
 from lmforge.objectives import ObjectiveSpec
+from lmforge.objectives.distilbert import check_teacher_vocabulary
 from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -50,7 +51,7 @@ from lmforge.train.data import derive_seed
 from lmforge.train.distributed import several_ranks
 from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
-                                            check_sources, check_teacher_vocabulary, recipe_and_inputs)
+                                            check_sources, recipe_and_inputs)
 from lmforge.train.tokenizer_run import already_kept, first_rank, pending_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 

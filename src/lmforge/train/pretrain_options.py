@@ -160,18 +160,3 @@ def check_sources(spec, inputs: PretrainInputs) -> None:
     if teacher is not None and not isinstance(teacher, (str, os.PathLike, Transformer)):
         raise OptionsError(f"teacher must be a model, its folder or an installed model's name, got "
                            f"{type(teacher).__name__}", "teacher")
-
-
-def check_teacher_vocabulary(teacher, tokenizer, field: str) -> None:
-    """An OptionsError naming `field` (tokenizer: the one given; teacher: its folder's own) where the run's
-    tokenizer has other than the teacher's vocab_size ids: the student is grown from the teacher, embeddings
-    and LM head as they are. Once the teacher is had and before the corpus is read (the objective's own
-    check, Distillation.build, said it only after the corpus was read)."""
-    if tokenizer is None or tokenizer.vocab_size == teacher.config.vocab_size:
-        return  # none yet (a model teacher, no tokenizer=: the shards' or one trained here, checked later)
-    said = (f"the tokenizer given has {tokenizer.vocab_size} ids, the teacher's vocabulary "
-            f"{teacher.config.vocab_size}: give the teacher's own tokenizer")
-    if field == "teacher":
-        said = (f"its folder's tokenizer has {tokenizer.vocab_size} ids, its vocabulary "
-                f"{teacher.config.vocab_size}: give the one it was trained with (tokenizer=, --tokenizer)")
-    raise OptionsError(f"{field}: {said}", field)

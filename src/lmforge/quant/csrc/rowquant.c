@@ -44,14 +44,9 @@ static void unusable_row(uint8_t *q, long cols, int zp, float *peak) { /* no mem
     *peak = nan;
 }
 
-static void quantise_row(const float *x, long cols, float levels, int zp, uint8_t *q, float *peak) {
-    uint32_t top = 0;
-    for (long c = 0; c < cols; c++) {
-        uint32_t bits;
-        memcpy(&bits, x + c, 4);
-        bits &= 0x7fffffffu;
-        top = bits > top ? bits : top;
-    }
+/* x's row quantised by its peak, found before: top, the largest |value|'s bit pattern (sign cleared) */
+static void quantise_found(const float *x, long cols, uint32_t top, float levels, int zp, uint8_t *q,
+                           float *peak) {
     float high;
     memcpy(&high, &top, 4);
     if (top >= 0x7f800000u) { /* inf or NaN in the row */
@@ -63,6 +58,17 @@ static void quantise_row(const float *x, long cols, float levels, int zp, uint8_
     *peak = high;
     float scale = levels / high, offset = (float)zp;
     for (long c = 0; c < cols; c++) q[c] = (uint8_t)(int32_t)(((x[c] * scale + ROUND) - ROUND) + offset);
+}
+
+static void quantise_row(const float *x, long cols, float levels, int zp, uint8_t *q, float *peak) {
+    uint32_t top = 0;
+    for (long c = 0; c < cols; c++) {
+        uint32_t bits;
+        memcpy(&bits, x + c, 4);
+        bits &= 0x7fffffffu;
+        top = bits > top ? bits : top;
+    }
+    quantise_found(x, cols, top, levels, zp, q, peak);
 }
 
 /* q (rows, cols) and peak (rows,) from x (rows, cols), x * inv per column where inv is not NULL;
@@ -145,20 +151,18 @@ void act_quantise_rows(const float *acc, long rows, long cols, const float *rows
             }
             const float *a = acc + r * cols;
             float s = rowscale[r];
-            if (bias != NULL) {
-                for (long c = 0; c < cols; c++) h[c] = a[c] * s + bias[c];
-            } else {
-                for (long c = 0; c < cols; c++) h[c] = a[c] * s;
+            uint32_t top = 0; /* the row's peak, found as its values are made: one loop, not four */
+            for (long c = 0; c < cols; c++) { /* gcc takes the tests on act, bias and inv out of the loop */
+                float v = bias != NULL ? a[c] * s + bias[c] : a[c] * s;
+                v = act == 2 ? gelu(v) : act == 1 && v < 0.0f ? 0.0f : v;
+                v = inv != NULL ? v * inv[c] : v;
+                h[c] = v;
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                bits &= 0x7fffffffu;
+                top = bits > top ? bits : top;
             }
-            if (act == 1) {
-                for (long c = 0; c < cols; c++) h[c] = h[c] < 0.0f ? 0.0f : h[c];
-            } else if (act == 2) {
-                for (long c = 0; c < cols; c++) h[c] = gelu(h[c]);
-            }
-            if (inv != NULL) {
-                for (long c = 0; c < cols; c++) h[c] *= inv[c];
-            }
-            quantise_row(h, cols, levels, zp, q + r * cols, peak + r);
+            quantise_found(h, cols, top, levels, zp, q + r * cols, peak + r);
         }
         free(h);
     }

@@ -21,6 +21,25 @@ def test_one_process_refuses_only_where_torchrun_started_several(monkeypatch):
         "WORLD_SIZE=3)"
 
 
+def test_one_process_names_world_size_as_the_field_to_change(monkeypatch):
+    """An OptionsError (the default, and its subclasses) carries the field that names what to change, the
+    environment's WORLD_SIZE, so that a caller reporting err.field points at it; other classes take none."""
+    from lmforge import OptionsError
+    from lmforge.bakeoff import PlanError
+    from lmforge.config.checks import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(OptionsError) as err:
+        one_process("run_quantize")
+    assert err.value.field == "WORLD_SIZE"
+    with pytest.raises(ConfigError) as sub:
+        one_process("run_quantize", ConfigError)
+    assert sub.value.field == "WORLD_SIZE"
+    with pytest.raises(PlanError) as plan:
+        one_process("bakeoff", PlanError)
+    assert str(plan.value).startswith("bakeoff runs in one process")
+
+
 def _entry_points(out) -> dict:
     """name -> a call of each Python entry point of a job that runs in one process, writing `out`."""
     from lmforge.compress.prune_report import run_prune
@@ -59,6 +78,7 @@ def test_under_several_ranks_a_one_process_jobs_python_entry_refuses_before_any_
     from lmforge import OptionsError
 
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(OptionsError, match=f"^{name} runs in one process: run it without torchrun"):
+    with pytest.raises(OptionsError, match=f"^{name} runs in one process: run it without torchrun") as err:
         _entry_points(tmp_path / "out")[name]()
+    assert err.value.field == "WORLD_SIZE"
     assert list(tmp_path.iterdir()) == []

@@ -16,7 +16,14 @@ def several_ranks() -> bool:
 def one_process(job: str, error: type = OptionsError) -> None:
     """`error` (one line naming `job`) where this process is one of a torchrun job of several: the one rule,
     called before the job reads or writes anything, of every job that runs in one process (all but pretrain
-    and finetune, whose Trainer joins the process group and whose rank 0 alone writes)."""
-    if several_ranks():  # else every rank would run the whole job, each writing the same output
-        raise error(f"{job} runs in one process: run it without torchrun (this process is one of "
-                    f"WORLD_SIZE={os.environ['WORLD_SIZE']})")
+    and finetune, whose Trainer joins the process group and whose rank 0 alone writes). An OptionsError's
+    field is "WORLD_SIZE", the setting to change; the callers' own error classes (PlanError, UsageError) take
+    the message alone."""
+    if not several_ranks():
+        return
+    # several ranks would each run the whole job, each writing the same output
+    message = (f"{job} runs in one process: run it without torchrun (this process is one of "
+               f"WORLD_SIZE={os.environ['WORLD_SIZE']})")
+    if issubclass(error, OptionsError):
+        raise error(message, "WORLD_SIZE")
+    raise error(message)

@@ -178,7 +178,7 @@ def test_attention_maps_name_tokens_and_expand_gqa_keys(tokenizer, name, groups)
 
 def test_attention_maps_refuse_bad_layers_and_empty_text(tokenizer):
     model = tiny_model("bert-base", vocab_size=300)
-    with pytest.raises(ValueError, match="--layers"):
+    with pytest.raises(ValueError, match=r"^layers \[5\] outside"):
         attention_maps(model, tokenizer, "a text", layers=[5])
     with pytest.raises(ValueError, match="empty"):
         attention_maps(model, tokenizer, "  ")
@@ -270,7 +270,7 @@ def test_an_encoder_decoder_without_start_ids_is_read_as_generate_reads_it(token
     ({"text": "a \ud800"}, "text", "text is not valid Unicode: surrogates not allowed"),
     ({"text": "a", "pair": 5}, "pair", "pair must be a text, got int"),
     ({"text": "a", "pair": " "}, "pair", "the pair (the second text, --pair) is empty"),
-    ({"text": "a", "layers": [5]}, "layers", "--layers [5] outside the model's layers 0..1"),
+    ({"text": "a", "layers": [5]}, "layers", "layers [5] outside the model's layers 0..1"),
     ({"text": "a", "layers": "10"}, "layers", "10 is not a layer of this model"),  # was layers 1 and 0
     ({"text": "a", "layers": "x"}, "layers", "expected indices like 0,3,5"),  # was int()'s ValueError
 ])
@@ -284,3 +284,19 @@ def test_attention_maps_refusals_are_options_errors_naming_the_argument(tokenize
         attention_maps(model, tokenizer, **kwargs)
     assert said in str(caught.value) and caught.value.field == field
     assert attention_maps(model, tokenizer, "a", layers="1").groups[0].layers == [1]
+
+
+def test_a_bad_layers_value_is_named_as_the_field_from_python_and_as_the_flag_on_the_command_line(tokenizer):
+    """attention_maps(layers=[5]) said "--layers [5] ...", a flag the Python caller never gave: from Python
+    the field ("layers"), on the command line the flag (--layers), each refusing the same layer."""
+    from lmforge.cli.analysis import _layers
+    from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+
+    model = tiny_model("bert-base", vocab_size=300)
+    with pytest.raises(OptionsError) as python:
+        attention_maps(model, tokenizer, "a", layers=[5])
+    assert str(python.value).startswith("layers [5] outside") and "--layers" not in str(python.value)
+    with pytest.raises(UsageError) as cli:
+        _layers("5", model)
+    assert str(cli.value).startswith("--layers ") and "5 is not a layer of this model" in str(cli.value)

@@ -70,7 +70,8 @@ def _layers(model: Transformer, layers) -> object:
     depth = view_depth(model)
     bad = sorted(i for i in chosen if not 0 <= i < depth)
     if bad:
-        raise OptionsError(f"--layers {bad} outside the model's layers 0..{depth - 1}", "layers")
+        # a list reaches here from Python alone (--layers and ?layers= are read by layer_list): the field
+        raise OptionsError(f"layers {bad} outside the model's layers 0..{depth - 1}", "layers")
     return chosen
 
 

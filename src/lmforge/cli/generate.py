@@ -64,7 +64,7 @@ def cmd_generate(args) -> None:
 
     typed = typed_options(args)  # before the model is loaded: a bad flag costs nothing
     _, model, tokenizer = load_named(args.model)
-    check_generator(args.model, model)
+    check_generator(args.model, model, args.prefix_lm)
     seq2seq = _encoder_decoder(model)
     if not tokenizer.encode(args.prompt, add_special_tokens=False).ids:
         raise UsageError(f"the prompt {args.prompt!r} holds no tokens: give some text")
@@ -91,9 +91,12 @@ def cmd_generate(args) -> None:
         print(prompt + continuation(tokenizer, context, out[0, start:].tolist()))
 
 
-def check_generator(name, model) -> None:
-    """Refuse a model that cannot generate (an encoder, a model without an LM head), in CLI terms."""
+def check_generator(name, model, prefix_lm: bool = False) -> None:
+    """Refuse a model that cannot generate (an encoder, a model without an LM head) or read the prompt as
+    --prefix-lm asks (an encoder-decoder), in CLI terms, before the prompt is read."""
     from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+    from lmforge.generate.checks import check_prefix_lm
 
     if model.config.architecture == "encoder":
         raise UsageError(f"{name} is an encoder: generate needs a decoder or an encoder-decoder "
@@ -103,6 +106,10 @@ def check_generator(name, model) -> None:
                          "needs a model pretrained as a language model (lmforge pretrain, or a Hugging Face "
                          "*LMHeadModel / *ForCausalLM / *ForConditionalGeneration directory), not a "
                          "fine-tuned classifier")
+    try:
+        check_prefix_lm(model, prefix_lm)
+    except OptionsError as err:  # as Python's and the server's refusal, naming the flag
+        raise UsageError(f"--prefix-lm: {err}") from None
 
 
 # GenerationOptions fields without a flag: ids are the model's and its tokenizer's; one text is printed. The
@@ -250,6 +257,7 @@ def add_generation_flags(p) -> None:
 def add_parsers(sub) -> None:
     """Register `generate` and `fill-mask` on the `lmforge` sub-command parser."""
     from lmforge.config.options import bounds_text
+    from lmforge.generate.call_options import CALL_FIELDS
     from lmforge.pipelines.fill_mask import FillOptions
 
     p = sub.add_parser("generate", help="continue a prompt (model directory with a tokenizer)")
@@ -259,8 +267,8 @@ def add_parsers(sub) -> None:
     said(p.add_argument("--seed", type=bounded(int, *SEED), help="the sampling's seed (with temperature > 0 "
                         "or the checkpoint's sampling)"), 0)
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
-    p.add_argument("--prefix-lm", action="store_true",
-                   help="read the prompt bidirectionally (a decoder pretrained with --objective prefix-lm)")
+    # CallOptions' field, which Python's prefix_lm= and the server's prefix_lm are made from too
+    p.add_argument("--prefix-lm", action="store_true", help=CALL_FIELDS["prefix_lm"].metadata["help"])
     p.set_defaults(func=cmd_generate)
     p = sub.add_parser("fill-mask", help="top-k fillings of [MASK] / <mask> with probabilities")
     p.add_argument("text", help='e.g. "Paris is the [MASK] of France."')

@@ -8,35 +8,37 @@ from typing import Optional
 import torch
 
 from lmforge.config.options import OptionsError
+from lmforge.generate.call_options import checked_call_value
 from lmforge.generate.options import OFF, GenerationOptions, GenerationWarning
-from lmforge.generate.vocab.projection import MODES
 from lmforge.model import EncoderDecoder, Transformer
 
 
 def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str = "auto") -> None:
     """Refuse generate's arguments beside the options and the prompt, before any model call: a model that
     is not a Transformer (a directory's name failed as "'str' object has no attribute 'config'"), a
-    use_cache or prefix_lm that is not a bool (prefix_lm="no" read the prompt bidirectionally), a
-    generator that is not a torch.Generator or a streamer that cannot be called (both failed mid-decoding), a
-    projection that is not one of MODES, prefix_lm for an encoder-decoder (an OptionsError naming each)."""
+    use_cache or prefix_lm that is not a bool (prefix_lm="no" read the prompt bidirectionally) or a projection
+    that is not one of MODES (each as CallOptions declares it), prefix_lm for an encoder-decoder, a generator
+    that is not a torch.Generator or a streamer that cannot be called (both failed mid-decoding): an
+    OptionsError naming each."""
     if not isinstance(getattr(model, "_orig_mod", model), Transformer):  # torch.compile's wrapper: its model
         raise OptionsError(f"model must be a Transformer (lmforge.load(DIR) reads a directory), got "
                            f"{type(model).__name__}", "model")
-    for name, value in (("use_cache", use_cache), ("prefix_lm", prefix_lm)):
-        if not isinstance(value, bool):
-            raise OptionsError(f"{name} must be true or false, got {repr(value)[:40]}", name)
-    if prefix_lm and isinstance(getattr(model, "_orig_mod", model), EncoderDecoder):
-        raise OptionsError("prefix_lm is for decoders: an encoder-decoder's encoder already reads the input "
-                           "bidirectionally", "prefix_lm")
-    if not isinstance(projection, str) or projection not in MODES:
-        raise OptionsError(f"projection must be one of {', '.join(MODES)}, got {repr(projection)[:40]}",
-                           "projection")
+    for name, value in (("use_cache", use_cache), ("prefix_lm", prefix_lm), ("projection", projection)):
+        checked_call_value(name, value)  # as CallOptions declares it, as the command line and server read it
+    check_prefix_lm(model, prefix_lm)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise OptionsError(f"generator must be a torch.Generator, got {type(generator).__name__}",
                            "generator")
     if streamer is not None and not callable(streamer):
         raise OptionsError(f"streamer must be callable (it is given each step's new tokens), got "
                            f"{type(streamer).__name__}", "streamer")
+
+
+def check_prefix_lm(model, prefix_lm: bool) -> None:
+    """Refuse prefix_lm for an encoder-decoder (an OptionsError naming it), in every face before any work."""
+    if prefix_lm and isinstance(getattr(model, "_orig_mod", model), EncoderDecoder):
+        raise OptionsError("prefix_lm is for decoders: an encoder-decoder's encoder already reads the input "
+                           "bidirectionally", "prefix_lm")
 
 
 def check_prompt(model: Transformer, input_ids, attention_mask) -> torch.Tensor:

@@ -35,10 +35,11 @@ class StopText(Exception):
 class Settings:
     """The decoding settings of one request: the GenerationOptions fields it gave (`given`; temperature
     decides sampling: 0 greedy, > 0 samples), its route's own defaults (`defaults`, beneath the served
-    model's recommended settings), a seed, stop strings and whether it streams. Each prompt's options are
-    built by `options_for`, as lmforge.generate and the command line build theirs (generate/recommended.py):
-    the request's values over the checkpoint's over the defaults. Building it checks the request's own
-    values together, so the server refuses what the other faces refuse: a 422 naming the field."""
+    model's recommended settings), a seed, stop strings, whether it streams and whether a prefix LM reads the
+    prompt. Each prompt's options are built by `options_for`, as lmforge.generate and the command line build
+    theirs (generate/recommended.py): the request's values over the checkpoint's over the defaults. Building
+    it checks the request's own values together, so the server refuses what the other faces refuse: a 422
+    naming the field."""
 
     given: dict = field(default_factory=dict)
     defaults: dict = field(default_factory=dict)
@@ -49,6 +50,7 @@ class Settings:
     # a seed without sampling: refused as the command line refuses it, but where the route is OpenAI's, which
     # accepts it (lm-eval-harness sends seed with temperature 0); the reply's seed is null either way
     unsampled_seed: bool = False
+    prefix_lm: bool = False  # lmforge.generate's argument (CallOptions): read the prompt bidirectionally
 
     def __post_init__(self) -> None:
         self.given = sampling_from_temperature(self.given)
@@ -152,7 +154,8 @@ def run(served, payload: dict, emit: Callable) -> dict:
 
     beams = options.num_beams > 1
     try:
-        out = generate(model, ids, options=options, generator=generator, streamer=None if beams else streamer)
+        out = generate(model, ids, options=options, prefix_lm=settings.prefix_lm, generator=generator,
+                       streamer=None if beams else streamer)
         new = out[0, 1 if model.config.architecture == "encoder-decoder" else ids.shape[1]:].tolist()
     except StopText:
         new = tail.joined.ids

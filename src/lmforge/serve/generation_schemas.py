@@ -1,8 +1,9 @@
 """Request and response bodies of the generation routes, /generate and /v1/completions: their settings are
 GenerationOptions fields (help, default and bounds in the spec; type checked here, bounds when the request's
-GenerationOptions is built). A GenerationOptions field a route does not take is refused by its name, saying
-why (refused_name): /v1/completions ignores the extras OpenAI clients send, and /generate, which refuses
-unknown fields, would answer only pydantic's "Extra inputs are not permitted".
+GenerationOptions is built), and prefix_lm, lmforge.generate's argument (CallOptions: checked as Python checks
+it). A GenerationOptions or CallOptions field a route does not take is refused by its name, saying why
+(refused_name): /v1/completions ignores the extras OpenAI clients send, and /generate, which refuses unknown
+fields, would answer only pydantic's "Extra inputs are not permitted".
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, Field, create_model
 
 from lmforge.config.options import BASE_TYPES, OptionsError, bounds_text, members
+from lmforge.generate.call_options import CALL_FIELDS, SERVED, checked_call_value
 from lmforge.generate.options import EARLY_STOPPING, FIELDS, checked_type, checked_value, field_kind
 from lmforge.serve.schemas import (MODEL_FIELD, OPENAI, SOME, STRICT, Usage, WholeInt, field_error,
                                    refused_name)
@@ -63,6 +65,22 @@ def typed(name: str, value, least: bool = False):
         raise field_error(err, name) from None
 
 
+def call_field(name: str) -> tuple:
+    """(type, Field) of lmforge.generate's argument `name` (a CallOptions field: its help and default) for a
+    request model, checked as Python checks the argument: a null is refused, as generate refuses None."""
+    spec = CALL_FIELDS[name]
+
+    def checked(value):
+        try:
+            return checked_call_value(name, value)
+        except OptionsError as err:
+            raise field_error(err, name) from None
+    kind = {"bool": bool, "str": str}[spec.type]
+    extra = {"enum": list(spec.metadata["choices"])} if spec.metadata["choices"] else None
+    return (Annotated[kind, BeforeValidator(checked)],
+            Field(spec.default, description=spec.metadata["help"], json_schema_extra=extra))
+
+
 # the GenerationOptions fields a request may set (generation.Settings holds them); sampling is said by
 # temperature (0: greedy, > 0: samples), so do_sample is not one of them. The forced and suppressed ids
 # are taken so that a served model's own can be switched off (-1, []), as in the other faces
@@ -84,8 +102,10 @@ class DecodingBase(BaseModel):
 
 Decoding = create_model("Decoding", __base__=DecodingBase, __module__=__name__,
                         __doc__="Decoding settings shared by /generate and /v1/completions "
-                                "(GenerationOptions fields; beam search not with stream or sampling).",
-                        **{name: option_field(name) for name in DECODING})
+                                "(GenerationOptions fields and prefix_lm; beam search not with stream or "
+                                "sampling).",
+                        **{name: option_field(name) for name in DECODING},
+                        **{name: call_field(name) for name in SERVED})
 
 # lmforge's names of settings that a generation route takes under another name, by route
 RENAMED = {"/generate": {"do_sample": "temperature (0: greedy, > 0: samples)"},
@@ -100,6 +120,9 @@ def setting_refused(route: str, name: str) -> tuple:
     the route's own name where it has one, else why it is not taken."""
     if name in RENAMED[route]:
         return refused_name(f"{route} takes {RENAMED[route][name]}")
+    if name in CALL_FIELDS:
+        return refused_name("a speed setting of lmforge.generate (the same tokens), which the server "
+                            "chooses itself")
     if name in MODEL_IDS:
         return refused_name(f"the served model's own token id (its config's and tokenizer's), which {route} "
                             "does not take")
@@ -113,7 +136,8 @@ GenerateRequest = create_model(
     "GenerateRequest", __base__=Decoding, __module__=__name__,
     __doc__="Continue a prompt (decoders) or answer it (encoder-decoders).", **GENERATE_FIELDS,
     **{name: setting_refused("/generate", name)
-       for name in sorted(FIELDS.keys() - Decoding.model_fields.keys() - GENERATE_FIELDS.keys())})
+       for name in sorted((FIELDS.keys() | CALL_FIELDS.keys()) - Decoding.model_fields.keys()
+                          - GENERATE_FIELDS.keys())})
 
 
 class CompletionUsage(Usage):

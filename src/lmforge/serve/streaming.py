@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from lmforge.config.options import OptionsError
+from lmforge.generate.checks import check_prefix_lm
 from lmforge.generate.options import refuse_unused
 from lmforge.serve import schemas
 from lmforge.generate.recommended import recommendation
@@ -68,7 +69,8 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     fields = {name: getattr(body, name) for name in (*DECODING, "temperature") if name in given}
     if given & {"max_new_tokens", "max_tokens"}:
         fields["max_new_tokens"] = max_new_tokens
-    return Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream, new_tokens, unsampled_seed)
+    return Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream, new_tokens, unsampled_seed,
+                    body.prefix_lm)
 
 
 def completion_defaults(served) -> dict:
@@ -124,6 +126,10 @@ def _job(served, field: str, ids: list, settings: Settings, limits=None,
     # decoder positions before the new tokens (the last new token is never fed back)
     start = 1 if model.config.architecture == "encoder-decoder" else len(ids)
     options = settings.options_for(model, served.front, start, str(served.path))
+    try:  # prefix_lm for an encoder-decoder: refused before the job is queued, as Python refuses it
+        check_prefix_lm(model, settings.prefix_lm)
+    except OptionsError as err:
+        raise settings.refusal(err) from None
     try:  # a setting the request gave that its decoding would not read: refused as the other faces do, once
         # the route's defaults and the checkpoint's recommendation say whether it samples (OpenAI's samples)
         refuse_unused(options, settings.given, None if settings.unsampled_seed else settings.seed)

@@ -5,18 +5,25 @@ import json
 import pytest
 
 from lmforge.cli import main
-from lmforge.compress.sparse_finetune import SETTINGS, SparseConfig, check_settings, schedule_steps
+from lmforge.compress.sparse_finetune import (SETTINGS, SparseConfig, check_settings, record_settings,
+    schedule_steps)
 from lmforge.compress.sparsity import cubic_sparsity
 from lmforge.config.options import OptionsError
 from tests.tasks.core import sentiment, tiny, tokenizer
 
 
+def _settings_of_a_run(out, settings: dict, resume: bool) -> None:
+    """What prune_finetune does with a run's settings: checked once, recorded where they are a fresh run's."""
+    if check_settings(out, settings, resume):
+        record_settings(out, settings)
+
+
 def test_a_fresh_run_after_a_killed_first_save_records_its_own_settings(tmp_path):
-    check_settings(tmp_path, {"--sparsity": 0.5, "--steps": 6}, resume=False)
+    _settings_of_a_run(tmp_path, {"--sparsity": 0.5, "--steps": 6}, resume=False)
     (tmp_path / "checkpoints" / ".step-0000002.tmp").mkdir(parents=True)  # killed in its first save
-    check_settings(tmp_path, {"--sparsity": 0.7, "--steps": 4}, resume=False)  # started afresh
+    _settings_of_a_run(tmp_path, {"--sparsity": 0.7, "--steps": 4}, resume=False)  # started afresh
     assert json.loads((tmp_path / SETTINGS).read_text())["--sparsity"] == 0.7
-    check_settings(tmp_path, {"--sparsity": 0.7, "--steps": 4}, resume=True)  # the run's: accepted
+    assert check_settings(tmp_path, {"--sparsity": 0.7, "--steps": 4}, resume=True) is False  # the run's
     with pytest.raises(ValueError,
                        match="--sparsity 0.5 differs from the run being resumed .*--sparsity 0.7"):
         check_settings(tmp_path, {"--sparsity": 0.5, "--steps": 6}, resume=True)
@@ -29,12 +36,41 @@ def test_a_resume_with_another_rerank_loss_is_refused(tmp_path):
     from lmforge.tasks.finetune import TaskConfig, trained_settings
 
     sparse = SparseConfig(method="magnitude", sparsity=0.5)
-    check_settings(tmp_path, _settings("m", 6, TaskConfig(loss="listwise"), sparse), resume=False)
+    _settings_of_a_run(tmp_path, _settings("m", 6, TaskConfig(loss="listwise"), sparse), resume=False)
     check_settings(tmp_path, _settings("m", 6, TaskConfig(loss="listwise"), sparse), resume=True)
     with pytest.raises(ValueError, match="loss=bce differs from the run being resumed .*loss=listwise"):
         check_settings(tmp_path, _settings("m", 6, TaskConfig(loss="bce"), sparse), resume=True)
     recorded = {k for k in json.loads((tmp_path / SETTINGS).read_text()) if k.endswith("=")}
     assert {f"{k}=" for k in trained_settings(TaskConfig())} <= recorded
+
+
+@pytest.mark.parametrize("entry", ["python", "cli"])
+def test_a_run_checks_its_settings_once_before_reading_the_model(entry, tmp_path, monkeypatch):
+    """prune_finetune checked its settings twice a run (once unwritten before the model was read, again to
+    write them after the records): once now, from Python and from `lmforge prune`, before any read of the
+    model; a fresh run's settings are still recorded."""
+    import lmforge.compress.sparse_finetune as sparse
+    from lmforge.train import TrainConfig
+
+    events, check, defaults = [], sparse.check_settings, sparse.checkpoint_defaults
+    monkeypatch.setattr(sparse, "check_settings", lambda *a, **k: events.append("check") or check(*a, **k))
+    monkeypatch.setattr(sparse, "checkpoint_defaults",
+                        lambda *a, **k: events.append("read") or defaults(*a, **k))
+    tiny("bert-base", n_layers=1).save(tmp_path / "m")
+    tokenizer().save(tmp_path / "m")
+    records, out = sentiment(40)["train"][:8], tmp_path / "o"
+    if entry == "python":
+        sparse.prune_finetune(str(tmp_path / "m"), "cls", records, None, out, log=lambda *a: None,
+                              train_cfg=TrainConfig(steps=4, batch_size=4, seed=0, progress=False),
+                              sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5))
+    else:
+        data = tmp_path / "d.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in records))
+        assert main(["prune", "--model", str(tmp_path / "m"), "--task", "cls", "--method", "magnitude",
+                     "--sparsity", "0.5", "--data", str(data), "--train", str(data), "--out", str(out),
+                     "--steps", "4", "progress=false"]) == 0
+    assert events.count("check") == 1 and events[0] == "check" and "read" in events
+    assert json.loads((out / SETTINGS).read_text())["--sparsity"] == 0.5
 
 
 @pytest.mark.parametrize("steps, start, end", [(2, 0.1, 0.7), (3, 0.1, 0.7), (10, 0.1, 0.9), (4, 0.0, 0.0)])

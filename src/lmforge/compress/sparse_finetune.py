@@ -141,10 +141,10 @@ def _settings(model, steps: int, task_cfg: TaskConfig, sparse_cfg: SparseConfig)
             **{f"{k}=": value for k, value in trained_settings(task_cfg).items()}}
 
 
-def check_settings(out: Path, settings: dict, resume: bool, write: bool = True) -> None:
+def check_settings(out: Path, settings: dict, resume: bool) -> bool:
     """A resumed run's settings are the run's (a ValueError naming the first option that differs, with
-    both values); a fresh run's are written to out/SETTINGS with their checksum (not where checkpoints
-    wait for --resume; write=False: not yet, while the run's other checks may still refuse it)."""
+    both values); whether they are a fresh run's, to be written by record_settings once the run's other
+    checks pass (not where checkpoints wait for --resume). Called once per run, before any read."""
     path, held = out / SETTINGS, checkpoints(out / "checkpoints")
     # by the checkpoints held, not the folder: a first save killed leaves checkpoints/ with none, and the
     # next fresh run must record its own settings, not leave the killed run's to be resumed against
@@ -156,9 +156,14 @@ def check_settings(out: Path, settings: dict, resume: bool, write: bool = True) 
                 was = f"{option}{run[option]}" if option.endswith("=") else f"{option} {run[option]}"
                 raise ValueError(f"{shown} differs from the run being resumed in {out} ({was}): resume with "
                                  f"the run's settings, or choose another --out")
-    elif not held and write:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(sign(settings, STATE_KEY), indent=2) + "\n")
+        return False
+    return not held
+
+
+def record_settings(out: Path, settings: dict) -> None:
+    """A fresh run's settings (check_settings said so) written to out/SETTINGS with their checksum."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / SETTINGS, json.dumps(sign(settings, STATE_KEY), indent=2) + "\n")
 
 
 def read_settings(path: Path) -> dict:
@@ -212,9 +217,8 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     # Python's records read as a file's, as finetune reads them: an error names train or validation
     train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps
-    start, end = schedule_steps(s, steps)  # before any file is written
-    settings = _settings(model, steps, task_cfg, s)
-    check_settings(out, settings, resume, write=False)  # a resume with others: refused before any read
+    (start, end), settings = schedule_steps(s, steps), _settings(model, steps, task_cfg, s)  # no write yet
+    fresh = check_settings(out, settings, resume)  # a resume with others: refused before any read, once
     # the folder's label order and activation where the options leave them, as finetune reads them (a
     # classifier's outputs keep their meaning; a sigmoid regression trains BCE)
     source_labels, trained = checkpoint_defaults(model, kind, train, None, task_cfg)
@@ -227,7 +231,8 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     validator = Validator(task, valid, task_cfg, out) if valid else None
     start = time.perf_counter()
     examples = encode_split(task, train, "training", trained="training")  # its labels checked as trained on
-    check_settings(out, settings, resume)  # written once the task, its options and records are checked too
+    if fresh:  # written once the task, its options and records are checked too
+        record_settings(out, settings)
     trainer = Trainer(objective, examples, train_cfg, out, log=log, evaluator=validator,
                       lr_scale=lambda name, p: s.scores_lr_scale if is_score(name) else 1.0)
     trainer.fit(resume=resume, final_files=(partial(write_task_files, task),))

@@ -226,16 +226,35 @@ def test_threads_sharing_a_tokenizer_never_see_another_calls_truncation_nor_wait
 def test_bad_text_input(bert_vocab):
     tok = lmforge.load_tokenizer(bert_vocab.parent)
     assert tok.encode("café".encode()).ids == tok.encode("café").ids  # UTF-8 bytes are fine
-    with pytest.raises(ValueError, match="not valid UTF-8: byte 0xe9 at position 3"):
+    with pytest.raises(lmforge.OptionsError, match="not valid Unicode: byte 0xe9 is not UTF-8 at position 3"):
         tok.encode(b"caf\xe9")
-    with pytest.raises(ValueError, match="pair is not valid UTF-8"):
+    with pytest.raises(lmforge.OptionsError, match="pair is not valid Unicode"):
         tok.encode("ok", "bad \udc80 surrogate")
-    with pytest.raises(TypeError, match="str or UTF-8 bytes"):
+    with pytest.raises(lmforge.OptionsError, match="a text or UTF-8 bytes"):
         tok.encode(42)
     with pytest.raises(ValueError, match="max_length=2 leaves no room"):
         tok.encode("a b c", max_length=2)
     with pytest.raises(ValueError, match="padding="):
         tok.encode_batch(["a"], padding="right")
+
+
+@pytest.mark.parametrize("call, field, said", [
+    (lambda tok: tok.encode(5), "text", "text must be a text or UTF-8 bytes, got int"),
+    (lambda tok: tok.encode("a \ud800"), "text",
+     "text is not valid Unicode: surrogates not allowed at position 2"),
+    (lambda tok: tok.tokenize("a", ["b"]), "pair", "pair must be a text or UTF-8 bytes, got list"),
+    (lambda tok: tok.encode_batch(["a", None]), "texts",
+     "texts[1] must be a text or UTF-8 bytes, got NoneType"),
+    (lambda tok: tok.encode_batch(["a", "b"], ["c", "\udc80"]), "pairs", "pairs[1] is not valid Unicode"),
+])
+def test_a_bad_text_is_an_options_error_naming_its_field(bert_vocab, call, field, said):
+    """checked_text's rule and wording (embed's and fill-mask's): text=5 was a TypeError and a lone
+    surrogate a ValueError "not valid UTF-8", neither an OptionsError nor naming the field (nor which text of
+    a batch)."""
+    tok = lmforge.load_tokenizer(bert_vocab.parent)
+    with pytest.raises(lmforge.OptionsError, match=re.escape(said)) as refused:
+        call(tok)
+    assert refused.value.field == field and "\n" not in str(refused.value)
 
 
 def test_unreadable_directories(tmp_path):

@@ -330,10 +330,10 @@ def test_fill_mask_refusals_are_typed_naming_the_argument(saved):
     assert caught.value.field == "model"
 
 
-@pytest.mark.parametrize("text, said", [(5, "text must be str or UTF-8 bytes, got int"),
+@pytest.mark.parametrize("text, said", [(5, "text must be a text or UTF-8 bytes, got int"),
                                         (["a [MASK]"], "got list"),
-                                        ("a [MASK] \ud800", "text is not valid UTF-8: surrogates not"),
-                                        (b"a [MASK] \xff", "text is not valid UTF-8: byte 0xff")])
+                                        ("a [MASK] \ud800", "text is not valid Unicode: surrogates not"),
+                                        (b"a [MASK] \xff", "text is not valid Unicode: byte 0xff is not")])
 def test_a_text_that_is_no_text_is_an_options_error_naming_text(saved, text, said):
     """text=5 was the tokenizer's TypeError, a lone surrogate its ValueError: neither an OptionsError (the one
     lmforge.OptionsError catches, as the command line's exit 2 and the server's 422 are) nor naming text."""
@@ -341,3 +341,21 @@ def test_a_text_that_is_no_text_is_an_options_error_naming_text(saved, text, sai
     with pytest.raises(lmforge.OptionsError, match=said) as caught:
         fill_mask(model, tokenizer, text)
     assert caught.value.field == "text"
+
+
+@pytest.mark.parametrize("bad", [5, "a [MASK] \ud800"])
+def test_fill_mask_words_a_bad_text_as_embed_and_the_tokenizer_do(saved, tmp_path, bad):
+    """One rule (utils.errors.checked_text) and one wording: fill-mask said "text is not valid UTF-8" and
+    "must be str or UTF-8 bytes" where embed said "texts[0] is not valid Unicode" and "must be text"."""
+    _, model, tokenizer = saved["bert"]
+    said = []
+    for refuse in (lambda: fill_mask(model, tokenizer, bad), lambda: tokenizer.encode(bad),
+                   lambda: lmforge.embed([bad], model=tmp_path / "missing")):
+        with pytest.raises(lmforge.OptionsError) as refused:
+            refuse()
+        said.append((str(refused.value), refused.value.field))
+    assert said[0] == said[1] and said[0][1] == "text" and said[2][1] == "texts"
+    verb = " is not valid Unicode: " if isinstance(bad, str) else " must be "
+    mine, embeds = said[0][0].split(verb), said[2][0].split(verb)  # [who, what follows]
+    assert (mine[0], embeds[0]) == ("text", "texts[0]")
+    assert mine[1].split(", got ")[-1] == embeds[1].split(", got ")[-1]  # the same reason, or the same type

@@ -40,6 +40,12 @@ BAD = {  # kind, record, what the error says after its location
     "multilabel object": ("multilabel", {"text": "a", "label": [{}]},
                           "label[0]: label {} is not a string, number or boolean"),
     "tags unequal": ("tagging", {"words": ["a", "b"], "tags": ["O"]}, "2 words but 1 tags"),
+    # a JSON "\ud800" (checked_text's rule): it was met in the tokenizer, naming neither record nor argument
+    "lone surrogate": ("pair", {"text": "a", "text_pair": "b \ud800", "label": "x"},
+                       "text_pair (column 'text_pair') is not valid Unicode: surrogates not allowed at "
+                       "position 2"),
+    "qa lone surrogate": ("qa", {"id": "q", "question": "who\udc80?", "context": "abc", "answers": []},
+                          "question is not valid Unicode: surrogates not allowed at position 3"),
     "answer misplaced": ("qa", {"id": "q", "question": "?", "context": "abc",
                                 "answers": [{"text": "c", "start": 0}]},
                          "answers[0] 'c' is not at character 0 of the context"),

@@ -95,9 +95,9 @@ def fill_mask(model, tokenizer=None, text: str | None = None, top_k: int = 5, ma
 
 
 def check_text(tokenizer, text) -> None:
-    """An OptionsError naming the argument where `text` is not given or is no text (str or UTF-8 bytes): a
-    tokenizer argument that is no folder or installed model but holds a mask is the text given in its place
-    (fill_mask(DIR, "a [MASK]"))."""
+    """An OptionsError naming the argument where `text` is not given or is no text (checked_text's rule; UTF-8
+    bytes taken, as the tokenizer takes them): a tokenizer argument that is no folder or installed model but
+    holds a mask is the text given in its place (fill_mask(DIR, "a [MASK]"))."""
     if isinstance(tokenizer, str) and any(m in tokenizer for m in (*MASK_SPELLINGS, SENTINEL)) \
             and model_dir(tokenizer) is None:
         raise OptionsError(f"tokenizer {tokenizer[:40]!r} holds a mask, so it reads as the text: pass it as "
@@ -105,10 +105,7 @@ def check_text(tokenizer, text) -> None:
                            f"text", "tokenizer")
     if text is None:
         raise OptionsError("fill_mask needs the text holding the mask: fill_mask(model, text=...)", "text")
-    try:
-        as_text(text)
-    except (TypeError, ValueError) as err:  # text=5 or a lone surrogate: the tokenizer's error named no field
-        raise OptionsError(str(err), "text") from None
+    as_text(text)  # text=5 or a lone surrogate: the tokenizer's own check, an OptionsError naming text
 
 
 def _model_and_tokenizer(model, tokenizer) -> tuple:

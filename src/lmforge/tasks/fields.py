@@ -17,7 +17,7 @@ import numbers
 from collections.abc import Iterable
 from contextlib import contextmanager
 
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, checked_text
 from lmforge.tasks.base import task_class
 
 # canonical field -> its default column; "?" marks optional fields
@@ -110,7 +110,7 @@ def predict_form(kind: str, item, where: str, field: str | None = None):
     with naming(where if field is None else field):
         if ("text" in item) == (short in item):
             raise OptionsError(f"{where}: a {kind} record has text or {short} (one of them)")
-        text = as_text(item["text"])
+        text = as_text(item["text"], f"{where}: text")
         if text is None or blank(text):
             raise OptionsError(f"{where}: text must be non-empty text")
     rest = {k: v for k, v in item.items() if k != "text"}
@@ -261,11 +261,13 @@ def _label_text(where: str, value) -> str:
     raise OptionsError(f"{where}: label {shown} is not a string, number or boolean")
 
 
-def as_text(value):
+def as_text(value, shown: str | None = None):
     """A text field's value as text, else None: a string as it is, a number or boolean as JSON writes it
-    (3 -> "3", true -> "true"); a list, object or null is no text (str() would spell it as Python does)."""
+    (3 -> "3", true -> "true"); a list, object or null is no text (str() would spell it as Python does).
+    `shown` ("FILE:LINE: text"): a string that is not valid Unicode (a JSON "\\ud800") is an OptionsError
+    saying so (checked_text's rule; its field left to `naming`), never met in the tokenizer."""
     if isinstance(value, str):
-        return value
+        return value if shown is None else checked_text(value, None, shown)
     if isinstance(value, (bool, numbers.Real)):  # NumPy's numbers too (a dataset's columns)
         return _label_text("", value)
     return None
@@ -273,7 +275,7 @@ def as_text(value):
 
 def _text(where: str, field: str, column: str, value) -> str:
     """A text field's value as text (as_text); anything else is an error naming the field."""
-    text = as_text(value)
+    text = as_text(value, f"{where}: {field} (column {column!r})")
     if text is None:
         shown = json.dumps(value, ensure_ascii=False, default=str)[:40]
         raise OptionsError(f"{where}: {field} (column {column!r}) must be text (a string or number), got "
@@ -342,7 +344,7 @@ def _check_tagging(where: str, record: dict) -> None:
 def _check_qa(where: str, record: dict) -> None:
     """question and context: text; answers: [{"text", "start"}], each found at its start in the context."""
     for key in ("question", "context"):
-        record[key] = as_text(record[key])  # a number is text, as in any other text field
+        record[key] = as_text(record[key], f"{where}: {key}")  # a number is text, as in any other text field
         if record[key] is None or not record[key].strip():
             raise OptionsError(f"{where}: {key} must be non-empty text")
     if "id" in record:

@@ -22,6 +22,7 @@ from lmforge.config.options import checked_argument
 from lmforge.tokenizer.words import token_ids, word_starts
 from lmforge.utils.atomic import writable_folder
 from lmforge.utils.checksum import sha256, sign
+from lmforge.utils.errors import OptionsError, checked_text
 from lmforge.utils.jsonfile import json_object
 from lmforge.utils.model_folder import record_sums
 
@@ -65,21 +66,16 @@ class Batch:
         return Batch(*(t.to(device) for t in (self.input_ids, self.segment_ids, self.attention_mask)))
 
 
-def as_text(text, what: str = "text") -> str:
-    """`text` as a str; bytes must be UTF-8 and a str must be encodable as UTF-8."""
+def as_text(text, what: str = "text", shown: str | None = None) -> str:
+    """`text` by checked_text's rule (a str of valid Unicode, else an OptionsError naming `what`, said as
+    `shown`), save that UTF-8 bytes are taken too, on purpose (encode("café".encode())), and decoded."""
     if isinstance(text, (bytes, bytearray)):
         try:
             return bytes(text).decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{what} is not valid UTF-8: byte {err.object[err.start]:#04x} "
-                             f"at position {err.start}") from None
-    if not isinstance(text, str):
-        raise TypeError(f"{what} must be str or UTF-8 bytes, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:  # a lone surrogate, e.g. from a bad decode upstream
-        raise ValueError(f"{what} is not valid UTF-8: {err.reason} at position {err.start}") from None
-    return text
+        except UnicodeDecodeError as err:  # said as checked_text says a lone surrogate
+            raise OptionsError(f"{shown or what} is not valid Unicode: byte {err.object[err.start]:#04x} is "
+                               f"not UTF-8 at position {err.start}", what) from None
+    return checked_text(text, what, shown, "a text or UTF-8 bytes")
 
 
 def _role_id(role: str) -> property:
@@ -155,7 +151,7 @@ class Tokenizer:
         if padding == "max_length":  # the batch is allocated that long: 10**12 asked for 16 TB
             max_length = checked_argument("max_length", "int", {"low": 1, "high": MAX_LEN}, max_length)
         encodings = self._encode(list(texts), None if pairs is None else list(pairs), add_special_tokens,
-                                 max_length)
+                                 max_length, batch=True)
         T = max_length if padding == "max_length" else max((len(e.ids) for e in encodings), default=0)
         if any(len(e.ids) < T for e in encodings) and self.pad_id is None:
             raise ValueError("this tokenizer has no pad token; set one, e.g. "
@@ -168,12 +164,16 @@ class Tokenizer:
         ids, segments, mask = (torch.tensor(rows, dtype=torch.long).view(len(columns), T) for rows in fields)
         return Batch(ids, segments, mask)
 
-    def _encode(self, texts: list, pairs: list | None, add_special_tokens: bool, max_length: int | None):
-        texts = [as_text(t) for t in texts]
+    def _encode(self, texts: list, pairs: list | None, add_special_tokens: bool, max_length: int | None,
+                batch: bool = False):
+        # encode's one text is named text (pair), encode_batch's texts[i] (pairs[i]), as the caller gave them
+        name, pair = ("texts", "pairs") if batch else ("text", "pair")
+        texts = [as_text(t, name, f"texts[{i}]" if batch else None) for i, t in enumerate(texts)]
         if pairs is not None:
             if len(pairs) != len(texts):
                 raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
-            texts = [(t, as_text(p, "pair")) for t, p in zip(texts, pairs)]
+            texts = [(t, as_text(p, pair, f"pairs[{i}]" if batch else None))
+                     for i, (t, p) in enumerate(zip(texts, pairs))]
         # a float or a bool is no length (the backend takes True as 1 and fails on 2.5 without naming it)
         max_length = checked_argument("max_length", "Optional[int]", {"low": None, "high": None}, max_length)
         if max_length is not None:

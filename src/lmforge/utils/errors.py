@@ -20,9 +20,9 @@ def instance_of(value, cls: type, name: str, optional: bool = True):
     raise OptionsError(f"{name} must be a {cls.__name__}, got {type(value).__name__}", name)
 
 
-def checked_text(text, name: str, shown: str | None = None, kind: str = "a text") -> str:
-    """`text` where it is a str that is valid Unicode, else an OptionsError naming `name` (said as `shown`):
-    the tokenizer refuses a lone surrogate without naming the text, and text=5 met a TypeError deep in."""
+def checked_text(text, name: str | None, shown: str | None = None, kind: str = "a text") -> str:
+    """`text` where it is a str that is valid Unicode, else an OptionsError naming `name` (said as `shown`;
+    name None: a record's field, which tasks.fields.naming fills): text=5 met a TypeError deep in."""
     shown = shown or name
     if not isinstance(text, str):
         raise OptionsError(f"{shown} must be {kind}, got {type(text).__name__}", name)

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from lmforge.config.options import OptionsError
+from lmforge.tasks.finetune import evaluate
 from lmforge.tasks.formats import (builtin, check_labels, gold_given, label_set, parse_columns, read_records,
                                    read_task_file)
 
@@ -299,3 +300,14 @@ def test_no_records_to_evaluate_is_refused_naming_the_argument():
     with pytest.raises(OptionsError, match=r"^data: no records \(an empty list\): nothing to") as err:
         gold_given([], "data", field="data")
     assert err.value.field == "data"
+
+
+@pytest.mark.parametrize("records", [[], iter([])], ids=["list", "generator"])
+@pytest.mark.parametrize("kind", [None, "cls"])
+def test_evaluate_of_no_records_is_refused_naming_data_before_the_model_is_read(tmp_path, records, kind):
+    """evaluate(model, []) itself, not only gold_given: an OptionsError naming data, never {} metrics (what
+    records without labels get) nor the scoring's "no examples to score"; the model (missing here) unread."""
+    out, said = tmp_path / "predictions.jsonl", r"^data: no records \(an empty list\): nothing to evaluate$"
+    with pytest.raises(OptionsError, match=said) as err:
+        evaluate(tmp_path / "missing", records, kind=kind, out=out)
+    assert err.value.field == "data" and not out.exists()

@@ -105,7 +105,7 @@ def _configs(args) -> tuple:
 def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
     from lmforge.cli.common import UsageError, flag_named, read_records, refuse_overwrite
-    from lmforge.compress.task_distillation import DISTILL_WRITES, run_distill
+    from lmforge.compress.task_distillation import DISTILL_WRITES, check_teacher, run_distill
 
     if args.student and args.student_layers:  # DistillConfig refuses it too, naming its fields
         raise UsageError("give --student-layers or --student, not both")
@@ -117,6 +117,7 @@ def cmd_distill(args) -> None:
                      ("--data", args.data), ("--config", args.config), writes=DISTILL_WRITES,
                      sources=("--teacher",))
     kind = _teacher_kind(args.teacher)
+    check_teacher(args.teacher, kind, cfg.student)  # by its config.json, before the records and weights
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid

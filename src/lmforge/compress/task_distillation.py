@@ -29,8 +29,9 @@ from lmforge.config.model import MAX_LAYERS
 from lmforge.config.options import OptionsError, check_options, instance_of
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objective
-from lmforge.objectives.distilbert import (cosine_loss, every_other, refuse_int8_teacher, soft_cross_entropy,
-                                           student_from_teacher)
+from lmforge.objectives.distilbert import (check_copyable, cosine_loss, every_other, refuse_int8_teacher,
+                                           refuse_teacher, soft_cross_entropy, student_from_teacher,
+                                           teacher_config)
 from lmforge.presets import ELMO_PRESETS, PRESETS
 from lmforge.tasks.fields import given_records, record_list
 from lmforge.tasks.finetune import (HEAD_SEED, TaskConfig, Validator, check_validated, encode_split,
@@ -204,18 +205,37 @@ class TaskDistillation(Objective):
         return self.student.finish()
 
 
+def fine_tuned_encoder(kind: str | None):
+    """The rule (refuse_teacher's) of a teacher fine-tuned for `kind`: an encoder fine-tuned for one of KINDS,
+    before a student is cut from its layers or taught by it."""
+    def rule(cfg) -> None:
+        if kind not in KINDS or cfg.architecture != "encoder":
+            raise ValueError(f"{cfg.architecture} fine-tuned for {kind}; the teacher must be an encoder "
+                             f"fine-tuned for {' or '.join(KINDS)}")
+    return rule
+
+
+def check_teacher(teacher_dir, kind: str | None, student: str | None = None) -> None:
+    """The teacher folder refused by its kind (task.json's `kind`) and its config.json alone, before any
+    weight is read: an OptionsError naming teacher, as load_teacher and make_student refuse the model read.
+    kind None (no task.json): nothing checked here, fine_tuned_task says what it needs."""
+    folder = resolve_dir(teacher_dir) if kind is not None else None
+    if folder is not None:
+        copied = (check_copyable,) if student is None else ()  # student_from_teacher's rule: its layers
+        refuse_teacher(f"--teacher {teacher_dir}", teacher_config(folder), fine_tuned_encoder(kind), *copied)
+
+
 def load_teacher(teacher_dir, train: list, checked: dict | None = None):
-    """The teacher task at `teacher_dir`; a ValueError naming --teacher where it is int8-quantised, or
-    naming the source where records of `checked` ({source: records}) do not fit its labels."""
+    """The teacher task at `teacher_dir`; a ValueError naming --teacher where it is int8-quantised (an
+    OptionsError naming teacher where it is no fine_tuned_encoder), or naming the source where records of
+    `checked` ({source: records}) do not fit its labels."""
     teacher = fine_tuned_task(teacher_dir, train)
     try:
         refuse_int8_teacher(teacher.model)
     except ValueError as err:
         raise ValueError(f"--teacher {teacher_dir}: {err}") from None
-    architecture = teacher.model.config.architecture
-    if teacher.kind not in KINDS or architecture != "encoder":  # before a student is cut from its layers
-        raise ValueError(f"--teacher {teacher_dir}: {architecture} fine-tuned for {teacher.kind}; the "
-                         f"teacher must be an encoder fine-tuned for {' or '.join(KINDS)}")
+    # check_teacher's rule again, on the model read: a folder whose config.json alone did not read
+    refuse_teacher(f"--teacher {teacher_dir}", teacher.model.config, fine_tuned_encoder(teacher.kind))
     for source, records in (checked or {}).items():  # Python's read as a file's are, errors naming source
         encode_split(teacher, given_records(records, teacher.kind, source), source)  # before training
     return teacher
@@ -232,6 +252,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     out = training_folder(_out_apart(out, teacher_dir))
     check_validated(train_cfg, TaskConfig(), valid)  # eval_every, nothing to validate: refused (as finetune)
     kind = saved_kind(teacher_dir)  # the records checked before the teacher is loaded, by its task.json
+    check_teacher(teacher_dir, kind, cfg.student)  # and the teacher by its kind and config.json alone
     train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
     checked = {source: given_records(records, kind, source) for source, records in (checked or {}).items()}
     teacher = load_teacher(teacher_dir, train, checked)

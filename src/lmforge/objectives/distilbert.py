@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -84,13 +85,46 @@ def layer_fields(cfg, layers: Sequence[int]) -> dict:
     return changes
 
 
+def check_copyable(cfg) -> None:
+    """A ValueError where a student cannot copy the blocks of a teacher of config `cfg`: an encoder-decoder,
+    or one block shared by every layer (ALBERT). student_from_teacher's rule, which refuse_teacher also puts
+    to a teacher folder's config before its weights are read."""
+    if cfg.architecture == "encoder-decoder" or cfg.share_layers:
+        raise ValueError("student_from_teacher takes an encoder or decoder with one block per layer")
+
+
+def teacher_config(path):
+    """The ModelConfig of model folder `path` from its config.json alone, no weight read (lmforge's format or
+    a Hugging Face one, as lmforge.load reads them); None where it reads as neither: the loader says why."""
+    from lmforge.config import ModelConfig
+    from lmforge.convert.hf import forced_tokens, hf_model_config
+    from lmforge.io.native import FORMAT, read_meta
+
+    try:
+        meta = read_meta(Path(path))
+        if meta.get("format") == FORMAT:
+            return ModelConfig.from_dict(meta.get("config"))
+        return hf_model_config({**meta, **forced_tokens(Path(path))})[1]
+    except (ValueError, TypeError, AttributeError, KeyError):  # CheckpointError and ConfigError among them
+        return None
+
+
+def refuse_teacher(where: str, cfg, *rules) -> None:
+    """Each rule (cfg -> None, or a ValueError saying why not) on a teacher's config `cfg` (None: none read,
+    nothing checked); a refusal is an OptionsError naming teacher, "{where}: {why}", one line."""
+    for rule in rules if cfg is not None else ():
+        try:
+            rule(cfg)
+        except ValueError as err:
+            raise OptionsError(f"{where}: {err}", "teacher") from None
+
+
 def student_from_teacher(teacher: nn.Module, layers: Optional[Sequence[int]] = None) -> nn.Module:
     """A student of the teacher's width whose block k copies teacher block layers[k] (default
     `every_other`: block k <- block 2k); embeddings, final norm and heads are copied too."""
     cfg = teacher.config
     refuse_int8_teacher(teacher)
-    if cfg.architecture == "encoder-decoder" or cfg.share_layers:
-        raise ValueError("student_from_teacher takes an encoder or decoder with one block per layer")
+    check_copyable(cfg)
     layers = tuple(every_other(cfg.n_layers) if layers is None else layers)
     if not layers or not all(0 <= i < cfg.n_layers for i in layers):
         raise ValueError(f"layers {layers} must be a non-empty choice among the teacher's {cfg.n_layers}")

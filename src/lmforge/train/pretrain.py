@@ -41,7 +41,8 @@ from lmforge.io import find_model_dir, load, model_dir
 from lmforge.io.resolve import checked_tokenizer
 from lmforge.model import from_config
 from lmforge.objectives import ObjectiveSpec
-from lmforge.objectives.distilbert import check_teacher_vocabulary
+from lmforge.objectives.distilbert import (check_copyable, check_teacher_vocabulary, refuse_teacher,
+                                           teacher_config)
 from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -250,8 +251,12 @@ def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
     check_sources(spec, inputs)
     teacher, tokenizer = inputs.teacher, checked_tokenizer(inputs.tokenizer)  # a folder's name: read
     field = "teacher" if tokenizer is None else "tokenizer"  # whose vocabulary a mismatch is said of
-    if isinstance(teacher, (str, os.PathLike)):  # read whole: config.json alone needs a reader per format
+    if isinstance(teacher, (str, os.PathLike)):
         path = find_model_dir(teacher)
+        # refused by its config.json alone, before its weights: the objective's architectures, and the
+        # blocks every teacher objective's student copies (student_from_teacher's rule)
+        refuse_teacher(f"teacher {teacher}", teacher_config(path), partial(spec.check, preset="the teacher"),
+                       check_copyable)
         teacher, tokenizer = load(path), tokenizer or load_tokenizer(path)
     if teacher is not None:
         check_teacher_vocabulary(teacher, tokenizer, field)  # before the corpus is read

@@ -84,3 +84,23 @@ def test_the_teachers_own_tokenizer_goes_on_to_read_the_corpus(folders, tmp_path
         recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=str(teacher),
                         data=[str(data)], log=lambda line: None, **tokenizer)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_teacher_model_beside_shards_of_another_vocabulary_is_refused_before_the_corpus_is_read(folders,
+                                                                                                tmp_path):
+    """A teacher given as a model, no tokenizer=: the shards' tokenizer was checked only when the objective
+    was built (Distillation.build, as 'the tokenizer given'); the shards say it before anything is read."""
+    from lmforge.data.shards import shard_corpus
+
+    teacher, other, data = folders
+    shard_corpus([data], other, tmp_path / "shards", log=lambda *a: None)
+    model = lmforge.load(teacher)
+    with pytest.raises(OptionsError, match=f"^data: the shards' tokenizer has .* {model.config.vocab_size}: "
+                                           "shard the text with the teacher's tokenizer$") as caught:
+        recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=model,
+                        data=[str(tmp_path / "shards")], log=lambda line: None)
+    assert caught.value.field == "data" and not (tmp_path / "o").exists()
+    shard_corpus([data], teacher, tmp_path / "own", log=lambda *a: None)  # the teacher's: read on
+    with pytest.raises(CorpusRead):
+        recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=model,
+                        data=[str(tmp_path / "own")], log=lambda line: None)

@@ -161,17 +161,21 @@ def _hidden(model: nn.Module, batch: dict) -> torch.Tensor:
 
 
 def check_teacher_vocabulary(teacher, tokenizer, field: str) -> None:
-    """An OptionsError naming `field` (tokenizer: the one given; teacher: its folder's own) where the run's
-    tokenizer has other than the teacher's vocab_size ids: the student is grown from the teacher, embeddings
-    and LM head as they are. Once the teacher is had and before the corpus is read (pretrain's teacher_model;
-    Distillation.build checks it again for a caller that builds the objective itself)."""
+    """An OptionsError naming `field` (tokenizer: the one given; teacher: its folder's own; data: the shards'
+    a model teacher is given with) where the run's tokenizer has other than the teacher's vocab_size ids: the
+    student is grown from the teacher, embeddings and LM head as they are. Once the teacher is had and before
+    the corpus is read (pretrain's teacher_model; Distillation.build checks it again for a caller that builds
+    the objective itself)."""
     if tokenizer is None or tokenizer.vocab_size == teacher.config.vocab_size:
-        return  # none yet (a model teacher, no tokenizer=: the shards' or one trained here, checked later)
+        return  # none yet (a model teacher, no tokenizer=, text: one trained on it, checked once trained)
     said = (f"the tokenizer given has {tokenizer.vocab_size} ids, the teacher's vocabulary "
             f"{teacher.config.vocab_size}: give the teacher's own tokenizer")
     if field == "teacher":
         said = (f"its folder's tokenizer has {tokenizer.vocab_size} ids, its vocabulary "
                 f"{teacher.config.vocab_size}: give the one it was trained with (tokenizer=, --tokenizer)")
+    if field == "data":
+        said = (f"the shards' tokenizer has {tokenizer.vocab_size} ids, the teacher's vocabulary "
+                f"{teacher.config.vocab_size}: shard the text with the teacher's tokenizer")
     raise OptionsError(f"{field}: {said}", field)
 
 

@@ -247,7 +247,8 @@ def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
     own tokenizer unless one is given (as --teacher reads it: a student reads with its teacher's tokenizer);
     called once every other check of the request has passed, and the run's sources checked first
     (pretrain_options.check_sources), so a refused run reads no teacher's weights; a tokenizer of another
-    vocabulary than the teacher's is refused here, before the corpus is read (check_teacher_vocabulary)."""
+    vocabulary than the teacher's (given, the folder's own, or a model's shards') is refused here, before the
+    corpus is read (check_teacher_vocabulary)."""
     check_sources(spec, inputs)
     teacher, tokenizer = inputs.teacher, checked_tokenizer(inputs.tokenizer)  # a folder's name: read
     field = "teacher" if tokenizer is None else "tokenizer"  # whose vocabulary a mismatch is said of
@@ -260,6 +261,8 @@ def teacher_model(spec: ObjectiveSpec, inputs: PretrainInputs) -> tuple:
         teacher, tokenizer = load(path), tokenizer or load_tokenizer(path)
     if teacher is not None:
         check_teacher_vocabulary(teacher, tokenizer, field)  # before the corpus is read
+        if tokenizer is None and (shards := open_shards(inputs.data)):  # a model given alone: the shards'
+            check_teacher_vocabulary(teacher, shards.tokenizer(), "data")
     return teacher, tokenizer
 
 

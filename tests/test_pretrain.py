@@ -283,8 +283,9 @@ def test_a_text_too_short_to_train_on_leaves_no_tokenizer_nor_touches_an_earlier
     before = _tree(out)
     fields = dict(preset="bert-tiny", data=[str(tmp_path / "short.txt")],
                   overrides={"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_seq_len": 64})
-    for resume in (False, True):
-        with pytest.raises(ValueError, match="none to train on"):
+    # without --resume, the earlier run's checkpoints are refused first (run_folder), before any read
+    for resume, said in ((False, "already holds a run's checkpoints"), (True, "none to train on")):
+        with pytest.raises(ValueError, match=said):
             pretrain("mlm", out, TrainConfig(steps=2, progress=False), resume=resume, **fields)
         assert _tree(out) == before
     with pytest.raises(ValueError, match="max_len must be an integer"):  # refused before the corpus is read
@@ -314,3 +315,24 @@ def test_the_tokenizer_is_written_past_the_trainers_refusals_or_at_once_under_to
     monkeypatch.setenv("WORLD_SIZE", "2")
     tokenizer, keep = recipe._tokenizer(spec, tmp_path, None, None, None, [], 100)
     assert said == ["trainer", "keep"] and keep is recipe.already_kept  # written now, nothing left to write
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_out_holding_a_run_s_checkpoints_is_refused_naming_out_before_the_model_is_read(tmp_path, resume):
+    """pretrain(out=a folder holding checkpoints) without resume was refused only by Trainer.fit, once the
+    model and the corpus were read and a tokenizer trained: here a missing model was the error said."""
+    from lmforge.train import TrainConfig
+    from lmforge.train.pretrain import pretrain
+    from lmforge.utils.atomic import UnsafePath
+
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    with pytest.raises(Exception) as err:
+        pretrain("mlm", out, TrainConfig(steps=1), model=str(tmp_path / "missing"), resume=resume,
+                 log=lambda *a: None)
+    if resume:  # past the check: the model is read, and found missing
+        assert not isinstance(err.value, UnsafePath) and "missing is neither a model" in str(err.value)
+    else:
+        assert isinstance(err.value, UnsafePath) and err.value.field == "out"
+        assert str(err.value) == (f"out {out} already holds a run's checkpoints: pass resume=True (--resume) "
+                                  "to continue it, or another folder")

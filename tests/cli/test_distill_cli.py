@@ -52,3 +52,20 @@ def test_a_bad_option_is_named_before_the_missing_teacher_or_files(tmp_path, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err and "/missing" not in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_out_holding_a_run_s_checkpoints_exits_2_naming_out_before_the_teacher_is_read(tmp_path, capsys,
+                                                                                         resume):
+    """It was refused by distill() (naming out, not --out) once the records were read, or by Trainer.fit
+    once the teacher was loaded; --resume gets past it, to the missing --teacher."""
+    out, teacher, dev = tmp_path / "run", tmp_path / "missing", tmp_path / "dev.jsonl"
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    dev.write_text('{"text": "a", "label": "1"}\n')
+    assert main(["distill", "--teacher", str(teacher), "--train", str(dev), "--data", str(dev), "--out",
+                 str(out), "--steps", "1", *(["--resume"] if resume else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (f"--teacher {teacher}: not a fine-tuned model" in err if resume else
+                                     err == f"lmforge distill: error: --out {out} already holds a run's "
+                                     "checkpoints: pass resume=True (--resume) to continue it, or another "
+                                     "folder\n")

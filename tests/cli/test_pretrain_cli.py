@@ -172,3 +172,18 @@ def test_python_refuses_a_teacher_beside_a_preset_or_config_fields_and_reads_a_t
         recipe.pretrain("mlm", tmp_path / "d", preset="bert-tiny", tokenizer=str(tmp_path / "tok"), **run)
     assert seen[0].vocab_size == load_tokenizer(tmp_path / "tok").vocab_size
     assert not any((tmp_path / name).exists() for name in "abc")
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_out_holding_a_run_s_checkpoints_exits_2_naming_out_before_any_read(tmp_path, capsys, resume):
+    """It was refused by pretrain() (naming out, not --out) after the options and --tokenizer were read, or
+    by Trainer.fit after the model and the corpus; --resume gets past it to the missing --model."""
+    out = tmp_path / "run"
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    assert main(["pretrain", "--model", str(tmp_path / "missing"), "--objective", "mlm", "--out", str(out),
+                 "--steps", "1", *(["--resume"] if resume else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lmforge pretrain: error: ")
+    assert ("missing is neither a model" in err if resume else err ==
+            f"lmforge pretrain: error: --out {out} already holds a run's checkpoints: pass resume=True "
+            "(--resume) to continue it, or another folder\n")

@@ -312,3 +312,19 @@ def test_a_bad_option_is_named_before_the_missing_model_or_files(tmp_path, monke
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err and "/missing" not in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_out_holding_a_run_s_checkpoints_exits_2_naming_out_before_the_model_is_read(tmp_path, capsys,
+                                                                                        resume):
+    """Pruning during fine-tuning found it only at Trainer.fit, once the model was loaded and the records
+    encoded (here the missing --model was named first); --resume gets past it to the model."""
+    dev, out = tmp_path / "dev.jsonl", tmp_path / "run"
+    dev.write_text('{"text": "a", "label": "1"}\n')
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    assert _prune(tmp_path / "nope", dev, out, "movement", "0.5", "--train", str(dev),
+                  *(["--resume"] if resume else [])) == 2
+    err = _one_line_error(capsys)
+    assert (f"--model {tmp_path / 'nope'}: no such directory" in err if resume else err ==
+            f"lmforge prune: error: --out {out} already holds a run's checkpoints: pass resume=True "
+            "(--resume) to continue it, or another folder\n")

@@ -175,3 +175,28 @@ def test_a_refused_task_option_leaves_no_output_folder(tmp_path, options, said):
                        sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5),
                        task_cfg=TaskConfig(**options), tokenizer=tokenizer(), log=lambda *a: None)
     assert err.value.field == next(iter(options)) and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_out_holding_a_run_s_checkpoints_is_refused_naming_out_before_the_model_is_read(tmp_path, resume):
+    """prune_finetune(out=a folder holding checkpoints) without resume was refused only by Trainer.fit, once
+    the model was loaded and the records encoded: here the missing model was the error said. A resume (its
+    settings the run's) gets past the check to the model."""
+    from lmforge.compress.sparse_finetune import _settings, _task_options, prune_finetune
+    from lmforge.train import TrainConfig
+    from lmforge.utils.atomic import UnsafePath
+
+    out, model, sparse = tmp_path / "run", str(tmp_path / "missing"), SparseConfig(method="magnitude",
+                                                                                    sparsity=0.5)
+    cfg = TrainConfig(steps=2, batch_size=4, progress=False)
+    record_settings(out, _settings(model, 2, _task_options(cfg, None, None), sparse))
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    with pytest.raises(Exception) as err:
+        prune_finetune(model, "cls", sentiment()["train"][:8], None, out, train_cfg=cfg, sparse_cfg=sparse,
+                       resume=resume, log=lambda *a: None)
+    if resume:  # past the check: the model is read, and found missing
+        assert err.value.field == "model" and f"'{model}' is neither a model directory" in str(err.value)
+    else:
+        assert isinstance(err.value, UnsafePath) and err.value.field == "out"
+        assert str(err.value) == (f"out {out} already holds a run's checkpoints: pass resume=True (--resume) "
+                                  "to continue it, or another folder")

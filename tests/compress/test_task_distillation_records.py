@@ -41,3 +41,23 @@ def test_bad_records_are_refused_before_the_teacher_is_loaded(tmp_path, monkeypa
     with pytest.raises(OptionsError, match=said):
         run_distill(tmp_path / "teacher", args["train"], None, args["records"], tmp_path / "out",
                     train_cfg=TrainConfig(steps=1, batch_size=2, progress=False))
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_out_holding_a_run_s_checkpoints_is_refused_naming_out_before_the_teacher_is_read(tmp_path,
+                                                                                              resume):
+    """distill(out=a folder holding checkpoints) without resume was refused only by Trainer.fit, once the
+    teacher was loaded and a student cut from it: here the missing teacher was the error said."""
+    from lmforge.compress.task_distillation import distill
+    from lmforge.utils.atomic import UnsafePath
+
+    out, teacher = tmp_path / "run", tmp_path / "missing"
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    with pytest.raises(Exception) as err:
+        distill(teacher, sentiment()["train"][:8], None, out, train_cfg=TrainConfig(steps=1), resume=resume)
+    if resume:  # past the check: the teacher is read, and found missing
+        assert not isinstance(err.value, UnsafePath) and f"{teacher} is neither a model" in str(err.value)
+    else:
+        assert isinstance(err.value, UnsafePath) and err.value.field == "out"
+        assert str(err.value) == (f"out {out} already holds a run's checkpoints: pass resume=True (--resume) "
+                                  "to continue it, or another folder")

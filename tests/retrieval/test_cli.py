@@ -247,3 +247,20 @@ def test_a_bad_option_is_named_before_any_missing_file(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err and "/missing" not in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("resume", [False, True])
+@pytest.mark.parametrize("command", ["train", "reader", "realm", "ict"])
+def test_an_out_holding_a_run_s_checkpoints_exits_2_naming_out_before_any_read(tmp_path, capsys, command,
+                                                                             resume):
+    """Refused by the Python job (naming out, not --out), or by Trainer.fit once the model and the data
+    were read; --resume gets past it, to the missing --model."""
+    out, model = tmp_path / "run", tmp_path / "missing"
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    assert main(["retrieve", command, "--model", str(model), "--out", str(out), "--steps", "1",
+                 *(["--resume"] if resume else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (f"{model} is neither a model" in err if resume else err ==
+                                     f"lmforge retrieve {command}: error: --out {out} already holds a run's "
+                                     "checkpoints: pass resume=True (--resume) to continue it, or another "
+                                     "folder\n")

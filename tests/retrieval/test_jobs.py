@@ -251,3 +251,23 @@ def test_an_index_build_refuses_a_setting_of_the_training_loss(tmp_path, capsys,
     assert main([*args, text]) == 2
     assert f"{field}: a setting of the training loss" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("resume", [False, True])
+@pytest.mark.parametrize("job", ["run_train", "run_reader", "run_realm", "run_ict"])
+def test_every_training_job_refuses_an_out_holding_a_run_s_checkpoints_before_the_model_is_read(tmp_path, job,
+                                                                                                resume):
+    """A run not resumed on an out holding a run's checkpoints was refused only by Trainer.fit, once the
+    model and the data were read (here the missing model was the error said); a resume gets past it."""
+    from lmforge.utils.atomic import UnsafePath
+
+    out, model = tmp_path / "run", str(tmp_path / "missing")
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    with pytest.raises(Exception) as err:
+        getattr(jobs, job)(model, out, TrainConfig(steps=1), resume=resume)
+    if resume:  # past the check: the model is read, and found missing
+        assert not isinstance(err.value, UnsafePath) and f"{model} is neither a model" in str(err.value)
+    else:
+        assert isinstance(err.value, UnsafePath) and err.value.field == "out"
+        assert str(err.value) == (f"out {out} already holds a run's checkpoints: pass resume=True (--resume) "
+                                  "to continue it, or another folder")

@@ -176,3 +176,25 @@ def test_a_generator_without_a_decoder_start_starts_from_cls(tiny, tmp_path):
     objective = RAGObjective(generator, encoder, vectors, [[5], [6], [7]], 1, tokenizer=tok)
     assert objective.start == tok.special_id("cls") == generator.config.decoder_start_token_id
 
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_out_holding_a_run_s_checkpoints_is_refused_naming_out_before_the_retriever_is_read(
+        tmp_path, capsys, resume):
+    """A run not resumed there was refused only by Trainer.fit, once the retriever, the generator and the
+    questions were read (here the missing retriever was the error said); a resume gets past the check."""
+    from lmforge.utils.atomic import UnsafePath
+
+    out, retriever = tmp_path / "run", tmp_path / "missing"
+    (out / "checkpoints" / "step-0000002").mkdir(parents=True)
+    with pytest.raises(Exception) as err:
+        rag_job.run_rag(str(retriever), out, TrainConfig(steps=1), resume=resume)
+    said = f"out {out} already holds a run's checkpoints: pass resume=True (--resume) to continue it, or"
+    assert (f"{retriever} is neither a model" in str(err.value) if resume else
+            isinstance(err.value, UnsafePath) and err.value.field == "out"
+            and str(err.value) == f"{said} another folder")
+    assert main(["retrieve", "rag", "--retriever", str(retriever), "--out", str(out),
+                 *(["--resume"] if resume else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (f"--retriever {retriever}" in err if resume else
+                                     err == f"lmforge retrieve rag: error: --{said} another folder\n")

@@ -106,6 +106,7 @@ def cmd_distill(args) -> None:
     """Distil, print the teacher-vs-student table, write distill.json."""
     from lmforge.cli.common import UsageError, flag_named, read_records, refuse_overwrite
     from lmforge.compress.task_distillation import DISTILL_WRITES, check_teacher, run_distill
+    from lmforge.train.run_folder import run_folder
 
     if args.student and args.student_layers:  # DistillConfig refuses it too, naming its fields
         raise UsageError("give --student-layers or --student, not both")
@@ -116,6 +117,8 @@ def cmd_distill(args) -> None:
     refuse_overwrite(args.out, ("--teacher", args.teacher), ("--train", args.train), ("--valid", args.valid),
                      ("--data", args.data), ("--config", args.config), writes=DISTILL_WRITES,
                      sources=("--teacher",))
+    with flag_named("out", "--out", None):  # a run there already (or none to resume): before any read
+        run_folder(args.out, args.resume)
     kind = _teacher_kind(args.teacher)
     check_teacher(args.teacher, kind, cfg.student)  # by its config.json, before the records and weights
     train = read_records("--train", args.train, kind, args.columns)

@@ -6,9 +6,9 @@ import dataclasses
 from pathlib import Path
 
 from lmforge import objectives
-from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_values, from_flags, note, option_flags,
-                                parse_overrides, read_config_file, refuse_nested, refuse_overwrite, said,
-                                tokenizer_folder, train_config)
+from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_named, flag_values, from_flags, note,
+                                option_flags, parse_overrides, read_config_file, refuse_nested,
+                                refuse_overwrite, said, tokenizer_folder, train_config)
 from lmforge.config import ModelConfig
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
@@ -67,12 +67,15 @@ def cmd_pretrain(args) -> None:
     from lmforge.data.text_field import NoTextField
     from lmforge.tokenizer import load_tokenizer
     from lmforge.train.pretrain import pretrain, rank_zero
+    from lmforge.train.run_folder import run_folder
 
     refuse_overwrite(args.out, ("--data", args.data), ("--model", args.model), ("--teacher", args.teacher),
                      ("--tokenizer", args.tokenizer), ("--add-tokens", args.add_tokens),
                      ("--config", args.config),
                      writes=(*RUN_FILES, "tokenizer", "probes.json"))
     refuse_nested(args.out, ("--data", args.data))
+    with flag_named("out", "--out", None):  # a run there already (or none to resume): before any read
+        run_folder(args.out, args.resume)
     train, model = split_overrides({**read_config_file(args.config), **parse_overrides(args.overrides)})
     train = train_config(args, train)
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:

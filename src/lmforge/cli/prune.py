@@ -35,6 +35,17 @@ def _refuse_unused(args) -> None:
             raise UsageError(f"{option} not used by --method {args.method} ({why})")
 
 
+def _refuse_a_run_there(args) -> None:
+    """A UsageError naming --out where it holds a run's checkpoints without --resume (or none to resume), as
+    finetune's: before any read; magnitude and movement train there, ffn and heads do not."""
+    from lmforge.cli.common import flag_named
+    from lmforge.train.run_folder import run_folder
+
+    if args.method in UNSTRUCTURED:
+        with flag_named("out", "--out", None):
+            run_folder(args.out, args.resume)
+
+
 def _check_sparsity(args) -> None:
     """--sparsity of ffn / heads within SparseConfig's declared bounds, (0, 1), as run_prune bounds it."""
     from lmforge.cli.common import flag_error
@@ -140,6 +151,7 @@ def cmd_prune(args) -> None:
     refuse_overwrite(args.out, ("--model", args.model), ("--data", args.data),
                      ("--importance-data", args.importance_data), ("--train", args.train),
                      ("--valid", args.valid), ("--config", args.config), writes=writes, sources=("--model",))
+    _refuse_a_run_there(args)
     check_model(args.model)  # named as --model, before it is read or any output folder is made
     refuse_quantised(args.model)
     kind = saved_kind(args.model, args.task)

@@ -146,6 +146,7 @@ def _train_config(args, command: str | None = None) -> tuple:
     from lmforge.cli.common import UsageError, refuse_nested, refuse_overwrite, train_config
     from lmforge.retrieval.jobs import RUN_WRITES
     from lmforge.retrieval.rag_job import GENERATORS, generator_folder
+    from lmforge.train.run_folder import run_folder
 
     before = [f"--{name}" for name in flag_values(args, QueryOptions, QUERY)]
     if before:
@@ -163,15 +164,12 @@ def _train_config(args, command: str | None = None) -> tuple:
                      ("--passages", args.passages), ("--config", getattr(args, "config", None)), *folders,
                      writes=RUN_WRITES)  # what retrieval's jobs write (index: the reader's --retriever index)
     refuse_nested(args.out, ("--passages", args.passages))
+    with flag_named("out", "--out", None):  # a run there already (or none to resume): before any read
+        run_folder(args.out, args.resume)
     for flag, folder in folders:  # before training (it failed after it)
         if folder is not None:
             existing_model(flag, folder, tuple(GENERATORS) * (flag == "--generator"))
     return cfg, encoder
-
-
-def _training_only(args, command: str):
-    """TrainConfig for a sub-command that takes no encoder options (UsageError naming them if given)."""
-    return _train_config(args, command)[0]
 
 
 def _run_arguments(parser, questions_help: str, model: bool = True) -> None:
@@ -206,7 +204,7 @@ def cmd_reader(args) -> None:
     from lmforge.retrieval.jobs import run_reader
 
     options = job_options(args, ReaderOptions)
-    cfg = _training_only(args, "reader")
+    cfg = _train_config(args, "reader")[0]  # no encoder options
     result = run_reader(args.model, args.out, cfg, args.questions, args.passages, args.retriever, options,
                         args.resume, note)
     print(json.dumps(result))
@@ -218,7 +216,7 @@ def cmd_realm(args) -> None:
     from lmforge.retrieval.jobs import run_realm
 
     options = job_options(args, RealmOptions)
-    cfg = _training_only(args, "realm")
+    cfg = _train_config(args, "realm")[0]  # no encoder options
     result = run_realm(args.model, args.out, cfg, args.passages, args.retriever, options, args.resume, note)
     print(json.dumps(result))
     print(f"encoder in {args.out}/final, retriever in {args.out}/retriever, scores in {args.out}/realm.json")
@@ -229,7 +227,7 @@ def cmd_ict(args) -> None:
     from lmforge.retrieval.jobs import run_ict
 
     options = job_options(args, IctOptions)
-    cfg = _training_only(args, "ict")
+    cfg = _train_config(args, "ict")[0]  # no encoder options
     result = run_ict(args.model, args.out, cfg, args.passages, options, args.resume, note)
     print(json.dumps(result))
     print(f"retriever in {args.out}/final (for retrieve realm --retriever), scores in {args.out}/ict.json")
@@ -244,7 +242,7 @@ def cmd_rag(args) -> None:
     from lmforge.retrieval.rag_job import run_rag
 
     options = job_options(args, RagOptions)
-    cfg = _training_only(args, "rag")  # a --generator folder too: before training, and never written over
+    cfg = _train_config(args, "rag")[0]  # a --generator folder too: before training, and never written over
     try:
         result = run_rag(args.retriever, args.out, cfg, args.questions, args.passages, args.generator,
                          options, args.resume, note)

@@ -35,6 +35,7 @@ from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import RUN_FILES, STATE_KEY, checkpoints, training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
+from lmforge.train.run_folder import run_folder
 from lmforge.utils.checksum import sign, verify
 from lmforge.utils.ranks import one_process
 
@@ -213,7 +214,7 @@ def prune_finetune(model, kind: str, train: list, valid: list | None, out, *, tr
     instance_of(sparse_cfg, SparseConfig, "sparse_cfg", False)  # task_cfg's is _task_options' first check
     if train_cfg.parallel == "fsdp":  # FSDP shards the weights and scores: a matrix's top-k needs it whole
         raise ValueError("parallel=fsdp: pruning during fine-tuning ranks whole matrices; use parallel=ddp")
-    task_cfg, s, out = _task_options(train_cfg, task_cfg, valid), sparse_cfg, training_folder(out)
+    task_cfg, s, out = _task_options(train_cfg, task_cfg, valid), sparse_cfg, run_folder(out, resume)
     # Python's records read as a file's, as finetune reads them: an error names train or validation
     train, valid = given_records(train, kind, "train"), valid and given_records(valid, kind, "validation")
     steps = train_cfg.for_data(len(train))[0].steps if train_cfg.epochs is not None else train_cfg.steps

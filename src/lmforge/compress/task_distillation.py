@@ -41,6 +41,7 @@ from lmforge.train import TrainConfig, Trainer
 from lmforge.train.checkpoint import RUN_FILES, training_folder
 from lmforge.train.config import options_from_dict
 from lmforge.train.data import derive_seed
+from lmforge.train.run_folder import run_folder
 from lmforge.utils.checksum import model_fingerprint
 from lmforge.utils.ranks import one_process
 
@@ -249,7 +250,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
     checked: {source: records} the teacher's labels must fit, checked before training."""
     instance_of(train_cfg, TrainConfig, "train_cfg", False)  # an options object, not a dict of its fields
     cfg = instance_of(cfg, DistillConfig, "cfg") or DistillConfig()
-    out = training_folder(_out_apart(out, teacher_dir))
+    out = run_folder(_out_apart(out, teacher_dir), resume)  # nor a run there not resumed: before any read
     check_validated(train_cfg, TaskConfig(), valid)  # eval_every, nothing to validate: refused (as finetune)
     kind = saved_kind(teacher_dir)  # the records checked before the teacher is loaded, by its task.json
     check_teacher(teacher_dir, kind, cfg.student)  # and the teacher by its kind and config.json alone
@@ -265,8 +266,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
         torch.manual_seed(derive_seed(train_cfg.seed, HEAD_SEED))
         student = make_task(teacher.kind, model, teacher.tokenizer, train, task_cfg, teacher.labels)
     objective = TaskDistillation(student, teacher, cfg)
-    validator = Validator(student, valid, task_cfg, out) if valid else None
-    start = time.perf_counter()
+    validator, start = (Validator(student, valid, task_cfg, out) if valid else None), time.perf_counter()
     examples = encode_split(student, train, "training", trained="training")
     trainer = Trainer(objective, examples, train_cfg, out, log=log,
                       evaluator=validator)  # the loss's options and the teacher: objective.run_settings

@@ -31,7 +31,8 @@ from lmforge.retrieval.questions import builtin_questions, check_answers, check_
 from lmforge.retrieval.reader import ExtractiveReader, reader_exact_match, reader_examples
 from lmforge.train.checkpoint import RUN_FILES, training_folder
 from lmforge.train.config import TrainConfig
-from lmforge.train.loop import Trainer, check_resumable
+from lmforge.train.loop import Trainer
+from lmforge.train.run_folder import check_start
 from lmforge.utils.atomic import (UnsafePath, atomic_write_text, refuse_link, replace_dir,
                                   writes_over)
 from lmforge.utils.ranks import one_process
@@ -237,6 +238,7 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     out = training_folder(out)
     refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
                    models=("model",))
+    check_start(out, resume)  # a run there not resumed (or none to resume): before the model is read
     encoder = _encoder(model, **options)
     if "temperature" in options and not encoder.options.normalize:  # the loss scales cosines only
         raise OptionsError(f"temperature={options['temperature']}: it divides cosine scores; with normalize="
@@ -278,8 +280,7 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     k, out = options.k, training_folder(out)
     refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
                    ("retriever", retriever), models=("model", "retriever"))
-    if resume:  # a mistyped --out is refused before the work, not after it
-        check_resumable(out)
+    check_start(out, resume)  # a run there not resumed, a mistyped --out to resume: before the work
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
     reader = ExtractiveReader.from_dir(model, options.max_len, seed=cfg.seed)
     within_context("max_len", options.max_len, reader.model.config)
@@ -330,10 +331,10 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
     from lmforge.retrieval.realm import REALMObjective, evaluate_realm
 
     cfg = job_config("run_realm", cfg)
-    options = options_of(RealmOptions, options)
-    out = training_folder(out)
+    options, out = options_of(RealmOptions, options), training_folder(out)
     refuse_overlap(out, ("model", model), ("passages_source", passages_source), ("retriever", retriever),
                    models=("model", "retriever"))
+    check_start(out, resume)  # a run there not resumed (or none to resume): before any read
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
     reader = load(find_model_dir(model))
@@ -367,9 +368,9 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
     from lmforge.retrieval.ict import ict_examples
 
     cfg = job_config("run_ict", cfg)
-    options = options_of(IctOptions, options)
-    out = training_folder(out)
+    options, out = options_of(IctOptions, options), training_folder(out)
     refuse_overlap(out, ("model", model), ("passages_source", passages_source), models=("model",))
+    check_start(out, resume)  # a run there not resumed (or none to resume): before any read
     passages = load_passages(passages_source, cfg.seed)
     train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)
     encoder = BiEncoder.from_dir(model)

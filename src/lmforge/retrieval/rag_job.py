@@ -18,7 +18,8 @@ from lmforge.retrieval.jobs import question_sets, refuse_overlap
 from lmforge.retrieval.rag_train import (QUESTION_PIECES, RAGObjective, exact_match_rate, passage_tokens,
                                          rag_examples)
 from lmforge.train.checkpoint import training_folder
-from lmforge.train.loop import Trainer, check_resumable
+from lmforge.train.loop import Trainer
+from lmforge.train.run_folder import check_start
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 # preset generators: a BART of these sizes over the retriever tokenizer's vocabulary (bart-small is
@@ -85,8 +86,7 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     refuse_overlap(out, ("retriever", retriever), ("generator", generator_folder(generator)),
                    ("questions", questions), ("passages_source", passages_source),
                    models=("retriever", "generator"))
-    if resume:  # a mistyped --out is refused before the work, not after it
-        check_resumable(out)
+    check_start(out, resume)  # a run there not resumed, a mistyped --out to resume: before the work
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
     # the question encoder trains; the passages keep the encoder that embedded the fixed index, so the
     # saved retriever (out/retriever) is two encoders, as DPR's separate() makes them

@@ -46,13 +46,12 @@ from lmforge.objectives.distilbert import (check_copyable, check_teacher_vocabul
 from lmforge.presets import get_config
 from lmforge.tokenizer import load_tokenizer
 from lmforge.train import TrainConfig, Trainer
-from lmforge.train.checkpoint import training_folder
 from lmforge.train.config import check_ranks
 from lmforge.train.data import derive_seed
 from lmforge.train.distributed import several_ranks
-from lmforge.train.loop import check_resumable
 from lmforge.train.pretrain_options import (MAX_ADDED_WORDS, PretrainInputs, RecipeOptions, check_read,
                                             check_sources, recipe_and_inputs)
+from lmforge.train.run_folder import run_folder
 from lmforge.train.tokenizer_run import already_kept, first_rank, pending_tokenizer
 from lmforge.utils.atomic import atomic_write_text
 
@@ -345,9 +344,9 @@ def pretrain(objective: str, out, train: TrainConfig, recipe: RecipeOptions | No
     be given as a keyword instead; an unknown or out-of-range one is an OptionsError naming it."""
     recipe, inputs = recipe_and_inputs(recipe, inputs, fields)
     check_ranks(instance_of(train, TrainConfig, "train", False))  # under torchrun: parallel=none, or no GPU
-    out = training_folder(out)  # a link as it or its checkpoints/ is refused before any work
-    if inputs.resume:
-        check_resumable(out)  # before the corpus is read and a tokenizer trained
+    # a link as it or its checkpoints/, a run there not resumed (or none to resume): refused before the
+    # model and the corpus are read and a tokenizer trained
+    out = run_folder(out, inputs.resume)
     spec, log = objectives.get(objective), rank_zero(inputs.log)
     check_read(spec, recipe, inputs)
     teacher, given = teacher_model(spec, inputs)  # given: the tokenizer, if any

@@ -38,6 +38,7 @@ from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
 from lmforge.train.config import check_device, check_ranks, options_from_dict
 from lmforge.train.data import data_change, data_fingerprint, derive_seed
+from lmforge.train.distributed import from_root
 from lmforge.train.loop import resolve_device
 from lmforge.train.run_folder import run_folder
 from lmforge.utils.atomic import replace_dir
@@ -234,6 +235,9 @@ class Validator:
     def __call__(self, trainer) -> dict:
         """Evaluate now (trainer.step); returns valid_* metrics (and "stop" when patience ran out)."""
         _, metrics = self.task.evaluate(self.records, self.cfg.eval_batch_size, self.examples)
+        # every rank decides on rank 0's scores: ranks whose own differ (GPU nondeterminism, in the last bit)
+        # would part at keep_best's gather or at an early stop, and the other hang in its next collective
+        metrics = from_root(metrics)
         self.last, self.last_step = metrics, trainer.step
         primary = next(iter(metrics))
         if self.best is None or metrics[primary] > self.best[primary]:

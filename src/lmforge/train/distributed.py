@@ -141,6 +141,15 @@ def all_mean(value: float, device: torch.device) -> float:
     return float(t) / size
 
 
+def from_root(obj):
+    """Rank 0's `obj` (any picklable object) on every process; `obj` itself in one process."""
+    if world()[1] == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)  # nccl: through the current device (resolve_device set it)
+    return box[0]
+
+
 def all_sum(t: torch.Tensor) -> torch.Tensor:
     """A device tensor summed over every process (itself in one process)."""
     if world()[1] > 1:

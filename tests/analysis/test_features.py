@@ -24,7 +24,7 @@ def test_pooling_first_mean_last_on_a_hand_example():
     assert first[0].tolist() == [[2, 3], [6, 7], [0, 0]]
     assert mean[0].tolist() == [[3, 4], [6, 7], [0, 0]]
     assert last[0].tolist() == [[4, 5], [6, 7], [0, 0]]
-    with pytest.raises(ValueError, match="--pooling 'max'"):
+    with pytest.raises(ValueError, match="^pooling 'max'"):
         pool_words(hidden, word_ids, 3, "max")
 
 
@@ -42,9 +42,33 @@ def test_layer_selections(spec, layers):
 
 
 @pytest.mark.parametrize("spec", ["4", "2-9", "a", "1-", "-5", ""])
-def test_bad_layer_selections_name_the_option(spec):
-    with pytest.raises(ValueError, match="--layers"):
+def test_bad_layer_selections_name_the_field_from_python_and_the_flag_on_the_command_line(spec):
+    """parse_layers said "--layers '4': ...", a flag a Python caller of word_features never gave: from Python
+    the field (layers), on the command line (probe, features --data) the flag, named once, the value kept."""
+    from lmforge.cli.analysis import feature_layers
+    from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+
+    with pytest.raises(OptionsError) as python:
         parse_layers(spec, 4)
+    assert str(python.value).startswith("layers") and "--" not in str(python.value)
+    assert python.value.field == "layers"
+    with pytest.raises(UsageError) as cli:
+        feature_layers(spec, lmforge.build(lmforge.tiny("bert-base", n_layers=3)))
+    assert str(cli.value).startswith(f"--layers {spec!r}") and "layers" not in str(cli.value)[8:]
+
+
+def test_a_bad_pooling_or_layers_of_word_features_names_the_field():
+    """word_features(pooling="max") said "--pooling 'max' ..." and a bad layers "--layers ...": the fields."""
+    from lmforge.config.options import OptionsError
+
+    model, tok = tiny("bert-base").eval(), tokenizer("bert")
+    with pytest.raises(OptionsError) as pooling:
+        word_features(model, tok, SENTENCES, pooling="max")
+    assert str(pooling.value).startswith("pooling 'max' is not one of") and pooling.value.field == "pooling"
+    with pytest.raises(OptionsError) as layers:
+        word_features(model, tok, SENTENCES, layers="7")
+    assert str(layers.value).startswith("layers '7': outside") and layers.value.field == "layers"
 
 
 def test_one_tensor_per_sentence_of_every_layer_at_each_words_first_piece():

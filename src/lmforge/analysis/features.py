@@ -39,20 +39,16 @@ class TruncationWarning(UserWarning):
 def parse_layers(spec, n_states: int) -> list:
     """Hidden-state indices (0 = embeddings .. n_states - 1) of a layer selection: an int (negative: from the
     top), "4", a range "4-8" (inclusive), a list "0,3,6", "all" or "mix" (all of them, mixed by the head);
-    see feature_options.resolve_layers."""
-    try:
-        return resolve_layers("all" if spec is None else spec, n_states)
-    except OptionsError as err:  # its message names the selection already ("layers '5': outside ..."): once
-        said = f"--{err}" if str(err).startswith("layers '") else \
-            f"--layers {spec!r}: {str(err).removeprefix('layers: ')}"
-        raise OptionsError(said, "layers") from None
+    see feature_options.resolve_layers. A bad one is its OptionsError naming the field, layers (the command
+    line says it as --layers: cli.analysis.feature_layers)."""
+    return resolve_layers("all" if spec is None else spec, n_states)
 
 
 def pool_words(hidden: torch.Tensor, word_ids: list, n_words: int, pooling: str = "first") -> torch.Tensor:
     """hidden (L, T, d) and each token's word (-1: none) -> (L, n_words, d), a word's pieces pooled;
     a word without pieces gets zeros."""
     if pooling not in POOLINGS:
-        raise ValueError(f"--pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+        raise OptionsError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}", "pooling")
     L, T, d = hidden.shape
     w = torch.tensor(word_ids[:T], dtype=torch.long)
     pos = torch.arange(len(w))
@@ -127,7 +123,7 @@ def word_features(model, tokenizer, sentences: list, layers=None, pooling: str =
     """Per sentence (a list of words), a (n_layers_chosen, n_words, d) float32 CPU tensor of the chosen
     hidden states (default all: embeddings + every layer); stats, if given, gets the truncation counts."""
     if pooling not in POOLINGS:
-        raise ValueError(f"--pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+        raise OptionsError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}", "pooling")
     if not sentences or any(not s for s in sentences):
         raise ValueError("word_features needs sentences of at least one word each")
     if hasattr(model, "word_layers") and max_len is not None:  # else it would be ignored

@@ -26,6 +26,21 @@ def _layers(text: str | None, model):
         raise UsageError(f"--layers {err}") from None
 
 
+def feature_layers(text: str | None, model) -> list:
+    """--layers of `probe` and `features --data` -> the hidden states it selects (features.parse_layers); a
+    bad one is a UsageError naming the flag once, where the library's OptionsError names the field."""
+    from lmforge.analysis.features import parse_layers
+    from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+
+    try:
+        return parse_layers(text, model.config.n_layers + 1)
+    except OptionsError as err:  # "layers '5': outside ..." names the selection already; else it is added
+        said = str(err)
+        raise UsageError(f"--{said}" if said.startswith("layers '") else
+                         f"--layers {text!r}: {said.removeprefix('layers: ')}") from None
+
+
 def _heads(text: str | None):
     """--heads "0,2" -> [0, 2]; None: all."""
     from lmforge.cli.common import UsageError

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from lmforge.cli.analysis import analysed_model
+from lmforge.cli.analysis import analysed_model, feature_layers
 from lmforge.cli.common import SEED, bounded, named_once, said
 from lmforge.config.model import MAX_LEN
 from lmforge.utils.jsontext import dumps
@@ -120,7 +120,7 @@ def probe_heads(args) -> tuple:
 
 def cmd_probe(args) -> None:
     """Probe every layer of a model; probe.json, probe.png under --out; prints the table."""
-    from lmforge.analysis.features import parse_layers, word_features
+    from lmforge.analysis.features import word_features
     from lmforge.analysis.probe_report import plot_probes, print_table, summary
     from lmforge.analysis.probing import probe_sweep
     from lmforge.cli.common import refuse_overwrite
@@ -135,7 +135,7 @@ def cmd_probe(args) -> None:
     _word_len(args.max_len)  # as features checks it: before any work, said as the flag
     model, tokenizer = analysed_model(args)
     _fits(args.max_len, model)
-    layers = parse_layers(args.layers, model.config.n_layers + 1)
+    layers = feature_layers(args.layers, model)
     stats: dict = {}
     features = {k: word_features(model, tokenizer, [r["words"] for r in v], None, args.pooling,
                                  args.batch_size, args.max_len, stats) for k, v in records.items()}
@@ -204,7 +204,7 @@ def transfer_splits(args) -> dict:
 def cmd_features(args) -> None:
     """Write the features of --data; with --task, train a feature-based head and write metrics.json."""
     from lmforge.analysis.feature_transfer import transfer
-    from lmforge.analysis.features import FEATURES_FILE, parse_layers, save_features, word_features
+    from lmforge.analysis.features import FEATURES_FILE, save_features, word_features
     from lmforge.cli.common import UsageError, refuse_overwrite
 
     refuse_overwrite(args.out, ("--data", args.data), ("--train", args.train), ("--dev", args.dev),
@@ -222,7 +222,7 @@ def cmd_features(args) -> None:
     splits = transfer_splits(args) if args.task else None
     model, tokenizer = analysed_model(args)
     _fits(args.max_len, model)
-    chosen = parse_layers(args.layers, model.config.n_layers + 1)  # a bad --layers fails before any work
+    chosen = feature_layers(args.layers, model)  # a bad --layers fails before any work
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if sentences is not None:

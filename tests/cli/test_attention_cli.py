@@ -77,6 +77,7 @@ def test_an_encoder_decoder_shows_its_three_attentions(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     ([TEXT], "give --out view.html and/or --png / --svg"),
     (["", "--out", "v.html"], "the text to show attention for is empty"),
+    ([TEXT, "--pair", " ", "--out", "v.html"], "error: --pair is empty: give the second text"),  # the flag
     # --layers is read as the server reads ?layers= (analysis.attention.layer_list)
     ([TEXT, "--out", "v.html", "--layers", "0,7"], "--layers '0,7': 7 is not a layer of this model (0..1)"),
     ([TEXT, "--out", "v.html", "--layers", "1-0"], "--layers '1-0': the range 1-0 runs backwards"),

@@ -102,7 +102,7 @@ def attention_maps(model: Transformer, tokenizer, text: str, pair: Optional[str]
     reading `pair` (or its own greedy continuation of `text` when no pair is given)."""
     _check_text("text", text, "the text to show attention for is empty")
     if pair is not None:  # else an empty segment B
-        _check_text("pair", pair, "the pair (the second text, --pair) is empty: give it, or leave it out")
+        _check_text("pair", pair, "pair is empty: give the second text, or leave it out")  # cli: --pair
     chosen = _layers(model, layers)
     cfg = model.config
     seq2seq = cfg.architecture == "encoder-decoder"

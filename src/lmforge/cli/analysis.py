@@ -79,7 +79,7 @@ def cmd_attention(args) -> None:
     from lmforge.analysis.attention import attention_maps
     from lmforge.analysis.maps import truncation_note
     from lmforge.analysis.view import write_figure, write_html
-    from lmforge.cli.common import UsageError, refuse_overwrite
+    from lmforge.cli.common import UsageError, flag_named, refuse_overwrite
     from lmforge.cli.tasks import check_model
     from lmforge.tasks.finetune import load_model
 
@@ -92,7 +92,8 @@ def cmd_attention(args) -> None:
                          kind="file")
     model, tokenizer = load_model(args.model, args.tokenizer)
     layers = _layers(args.layers, model)
-    maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=layers)
+    with flag_named("pair", "--pair", None):  # the library names the field: "--pair is empty: ..."
+        maps = attention_maps(model.eval(), tokenizer, args.text, pair=args.pair, layers=layers)
     maps.title = args.model  # the model as the user named it (a config's source cites its preset's paper)
     if truncation_note(maps):
         print(f"note: {truncation_note(maps)}", file=sys.stderr)

@@ -74,10 +74,21 @@ def test_a_label_never_seen_in_training_is_an_error_naming_the_split():
     dev = [{"words": ["it"], "tags": ["B-LOC"]}]
     with pytest.raises(ValueError, match="dev: label.*B-LOC"):
         transfer(model, tok, "tagging", {"train": tagged(5, 0), "dev": dev}, config=FAST)
-    with pytest.raises(ValueError, match="--task 'parsing'"):
+    with pytest.raises(ValueError, match="^kind 'parsing'"):
         transfer(model, tok, "parsing", {"train": tagged(5, 0), "dev": dev})
 
 
 def test_bio_detection():
     assert is_bio(["O", "B-PER", "I-PER"]) and is_bio(["S-LOC", "O"])
     assert not is_bio(["NOUN", "VERB"]) and not is_bio(["O", "O"])
+
+
+def test_an_unknown_kind_is_named_as_the_field_kind():
+    """transfer(kind="ner") said "--task 'ner' ...", a flag the Python caller never gave: the field, kind."""
+    from lmforge.config.options import OptionsError
+
+    with pytest.raises(OptionsError) as caught:
+        transfer(tiny("bert-base").eval(), tokenizer("bert"), "ner", {"train": tagged(4, 0),
+                                                                      "dev": tagged(2, 1)})
+    assert str(caught.value).startswith("kind 'ner' is not one of tagging, classification")
+    assert caught.value.field == "kind"

@@ -198,6 +198,16 @@ def test_a_sweep_on_chosen_layers_names_them(swept):
         probe_sweep(features, records, [1], ["syntax"], TINY)
 
 
+def test_an_unknown_task_is_named_as_the_field_tasks(swept):
+    """probe_sweep(tasks=["syntax"]) said "--tasks: ...", a flag the Python caller never gave: the field."""
+    from lmforge.config.options import OptionsError
+
+    features, records = swept
+    with pytest.raises(OptionsError) as caught:
+        probe_sweep(features, records, [1], ["syntax"], TINY)
+    assert str(caught.value).startswith("tasks: unknown task(s) ['syntax']") and caught.value.field == "tasks"
+
+
 def _layer_two_knows(n: int, seed: int) -> Examples:
     """Four layers of noise; only layer 2 carries the label (the sign of one dimension)."""
     g = torch.Generator().manual_seed(seed)

@@ -21,6 +21,7 @@ import torch
 
 from lmforge.analysis.features import word_features
 from lmforge.analysis.probe_fit import Examples, FitConfig, Probe, fit, predict
+from lmforge.config.options import OptionsError
 
 TRANSFER_TASKS = ("tagging", "classification")
 BIO_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")
@@ -90,7 +91,7 @@ def transfer(model, tokenizer, kind: str, splits: dict, layers="mix", pooling: s
     """Train a feature-based head on splits {"train", "dev"[, "test"]: records}; its metrics on dev
     (and test), the mix weights and how many words the model's max length cut."""
     if kind not in TRANSFER_TASKS:
-        raise ValueError(f"--task {kind!r} is not one of {', '.join(TRANSFER_TASKS)}")
+        raise OptionsError(f"kind {kind!r} is not one of {', '.join(TRANSFER_TASKS)}", "kind")
     config = config or FitConfig()
     gold_key = "tags" if kind == "tagging" else "label"
     labels = sorted({t for r in splits["train"]

@@ -35,6 +35,7 @@ import torch
 from lmforge.analysis.probe_fit import (HEADS, Examples, FitConfig, LayerProbes, PrefixMixProbes, Probe,
                                         accuracy, fit)
 from lmforge.analysis.structural_probe import Sentences, right_branching_uuas, train_structural
+from lmforge.config.options import OptionsError
 
 LABEL_TASKS = ("pos", "deps", "agreement", "coref")
 STRUCTURAL_TASKS = ("distance", "depth")
@@ -239,7 +240,7 @@ def probe_sweep(features: dict, records: dict, layers: list, tasks: list | None 
     tasks = tasks or available_tasks(records["train"], records["test"])
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
-        raise ValueError(f"--tasks: unknown task(s) {unknown}; tasks: {', '.join(TASKS)}")
+        raise OptionsError(f"tasks: unknown task(s) {unknown}; tasks: {', '.join(TASKS)}", "tasks")
     splits = {k: Split.of([f[layers] for f in features[k]], records[k]) for k in SPLITS}
     splits = standardise(splits)  # table position p now holds layers[p]
     results = {"layers": layers, "tasks": {}}

@@ -10,7 +10,7 @@ import lmforge.tasks.finetune as finetune
 from lmforge.cli import main
 from lmforge.compress.task_distillation import DistillConfig, distill
 from lmforge.config.options import OptionsError
-from lmforge.tasks.finetune import TaskConfig, make_task, save_model
+from lmforge.tasks.finetune import TaskConfig, fine_tuned_task, make_task, save_model
 from lmforge.train import TrainConfig
 from tests.tasks.core import sentiment, tiny, tokenizer
 
@@ -44,7 +44,8 @@ def test_an_albert_teacher_is_refused_by_its_config_before_its_weights_are_read(
     monkeypatch.setattr(finetune, "load_model", _loaded)
     with pytest.raises(OptionsError) as caught:
         _distill(teacher, tmp_path / "out")
-    assert caught.value.field == "teacher" and str(caught.value) == f"--teacher {teacher}: {SHARED}"
+    # the field, not the flag --teacher the Python caller never gave (the command line says --teacher: below)
+    assert caught.value.field == "teacher" and str(caught.value) == f"teacher {teacher}: {SHARED}"
     with pytest.raises(Loaded):  # a preset student copies no block: the teacher is read, as before
         _distill(teacher, tmp_path / "out", student="bert-tiny")
 
@@ -52,7 +53,7 @@ def test_an_albert_teacher_is_refused_by_its_config_before_its_weights_are_read(
 def test_a_teacher_that_is_no_encoder_is_refused_by_its_config_before_its_weights(tmp_path, monkeypatch):
     teacher = _saved(tmp_path / "t", "gpt2", "gpt2")
     monkeypatch.setattr(finetune, "load_model", _loaded)
-    said = f"--teacher {teacher}: decoder fine-tuned for cls; the teacher must be an encoder fine-tuned for "
+    said = f"teacher {teacher}: decoder fine-tuned for cls; the teacher must be an encoder fine-tuned for "
     for student in (None, "bert-tiny"):  # a student of its layers, or a preset it would teach
         with pytest.raises(OptionsError) as caught:
             _distill(teacher, tmp_path / "out", student)
@@ -69,3 +70,17 @@ def test_the_command_refuses_an_albert_teacher_before_reading_its_records(tmp_pa
     err = capsys.readouterr().err.strip()
     assert err == f"lmforge distill: error: --teacher {teacher}: {SHARED}"
     assert not (tmp_path / "out").exists()
+
+
+def test_an_int8_teacher_is_refused_naming_the_field_from_python(tmp_path, capsys):
+    """distill(int8 teacher) said "--teacher DIR: ...", a flag the Python caller never gave: the field,
+    teacher; the command line says --teacher (tests/compress/test_task_distillation.py)."""
+    from lmforge.compress.quantize import quantize
+
+    teacher = fine_tuned_task(_saved(tmp_path / "t", "bert-base"), sentiment(20)["train"], device="cpu")
+    quantize(teacher.model, inplace=True)
+    save_model(teacher, tmp_path / "int8")
+    with pytest.raises(OptionsError) as python:
+        _distill(tmp_path / "int8", tmp_path / "out")
+    assert str(python.value).startswith(f"teacher {tmp_path / 'int8'}: ") and python.value.field == "teacher"
+    assert "int8-quantised" in str(python.value) and "--teacher" not in str(python.value)

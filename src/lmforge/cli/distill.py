@@ -120,12 +120,14 @@ def cmd_distill(args) -> None:
     with flag_named("out", "--out", None):  # a run there already (or none to resume): before any read
         run_folder(args.out, args.resume)
     kind = _teacher_kind(args.teacher)
-    check_teacher(args.teacher, kind, cfg.student)  # by its config.json, before the records and weights
+    with flag_named("teacher", "--teacher", None):  # the library names the field: "teacher DIR: why"
+        check_teacher(args.teacher, kind, cfg.student)  # by its config.json, before the records and weights
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
     records = read_records("--data", args.data, kind, args.columns) if args.data else valid
     source = f"--data {args.data}" if args.data else f"--valid {args.valid}"
-    with flag_named("student_layers", "--student-layers", args.student_layers):  # more than the teacher's
+    with flag_named("student_layers", "--student-layers", args.student_layers), \
+            flag_named("teacher", "--teacher", None):  # more layers than the teacher's; an int8 teacher
         report = run_distill(args.teacher, train, valid, records, args.out, train_cfg=train_cfg, cfg=cfg,
                              resume=args.resume, source=source, log=note)
     _print(report, args.out)

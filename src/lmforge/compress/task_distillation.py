@@ -223,20 +223,20 @@ def check_teacher(teacher_dir, kind: str | None, student: str | None = None) -> 
     folder = resolve_dir(teacher_dir) if kind is not None else None
     if folder is not None:
         copied = (check_copyable,) if student is None else ()  # student_from_teacher's rule: its layers
-        refuse_teacher(f"--teacher {teacher_dir}", teacher_config(folder), fine_tuned_encoder(kind), *copied)
+        refuse_teacher(f"teacher {teacher_dir}", teacher_config(folder), fine_tuned_encoder(kind), *copied)
 
 
 def load_teacher(teacher_dir, train: list, checked: dict | None = None):
-    """The teacher task at `teacher_dir`; a ValueError naming --teacher where it is int8-quantised (an
-    OptionsError naming teacher where it is no fine_tuned_encoder), or naming the source where records of
-    `checked` ({source: records}) do not fit its labels."""
+    """The teacher task at `teacher_dir`; an OptionsError naming teacher where it is int8-quantised or no
+    fine_tuned_encoder (the command line says --teacher), or naming the source where records of `checked`
+    ({source: records}) do not fit its labels."""
     teacher = fine_tuned_task(teacher_dir, train)
     try:
         refuse_int8_teacher(teacher.model)
     except ValueError as err:
-        raise ValueError(f"--teacher {teacher_dir}: {err}") from None
+        raise OptionsError(f"teacher {teacher_dir}: {err}", "teacher") from None
     # check_teacher's rule again, on the model read: a folder whose config.json alone did not read
-    refuse_teacher(f"--teacher {teacher_dir}", teacher.model.config, fine_tuned_encoder(teacher.kind))
+    refuse_teacher(f"teacher {teacher_dir}", teacher.model.config, fine_tuned_encoder(teacher.kind))
     for source, records in (checked or {}).items():  # Python's read as a file's are, errors naming source
         encode_split(teacher, given_records(records, teacher.kind, source), source)  # before training
     return teacher

@@ -65,3 +65,32 @@ def test_the_command_refuses_an_albert_teacher_in_one_line(saved, tmp_path, caps
     assert main(["pretrain", "--objective", "distillation", "--teacher", str(teacher), "--out",
                  str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.strip() == f"lmforge pretrain: error: teacher {teacher}: {SHARED}"
+
+
+def test_a_fifo_in_a_hugging_face_teacher_folder_is_refused_naming_it_not_waited_on(tmp_path):
+    """teacher_config read a Hugging Face folder's generation_config.json before load's refusal of what is
+    not a regular file: a FIFO there blocked the run forever (an alarm ends the wait, failing the test)."""
+    import os
+    import signal
+
+    from lmforge.io import CheckpointError
+
+    teacher = tmp_path / "t"
+    lmforge.build("bert-base", **SHAPE).save(teacher, format="hf")
+    os.mkfifo(teacher / "generation_config.json")
+    waited = []
+
+    def alarm(*args):
+        waited.append(True)
+        raise TimeoutError("waited on the FIFO")
+
+    before = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(5)
+    try:
+        with pytest.raises(CheckpointError, match=r"generation_config.json is not a regular file \(a named"):
+            recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=str(teacher),
+                            log=lambda line: None)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert waited == [] and not (tmp_path / "o").exists()

@@ -93,7 +93,7 @@ def load(path: str | os.PathLike) -> Transformer:
     """Read an lmforge or a foreign (Hugging Face) model directory (or a job's output folder holding
     one in model/ or final/, or an installed model such as all-MiniLM-L6-v2), heads included."""
     path = find_model_dir(path)  # as every --model reads it: OptionsError for no name, else CheckpointError
-    _refuse_special_files(path)
+    refuse_special_files(path)
     meta = read_meta(path)
     model = _read(path, meta)
     attach(model, path, meta)  # the labels its classifier's outputs are called by, for a save as hf
@@ -103,7 +103,7 @@ def load(path: str | os.PathLike) -> Transformer:
     return model
 
 
-def _refuse_special_files(path: Path) -> None:
+def refuse_special_files(path: Path) -> None:
     """CheckpointError naming an entry of the model directory that is neither a file nor a folder (a FIFO,
     a socket, a device, or a link to one): reading one blocks forever or never ends (generation_config.json
     as a FIFO hung every load), and no writer puts one there."""
@@ -132,4 +132,5 @@ _elmo.register_saver(save)  # and ELMo.save, the biLSTM class beside it
 
 __all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "HeadLabels", "MODEL_PACKAGES",
            "WEIGHTS_FILE", "find_model_dir", "find_tokenizer", "load", "load_state_strict", "load_weights",
-           "model_dir", "register_format", "register_side_files", "save", "save_tensors"]
+           "model_dir", "refuse_special_files", "register_format", "register_side_files", "save",
+           "save_tensors"]

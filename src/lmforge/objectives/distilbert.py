@@ -98,9 +98,11 @@ def teacher_config(path):
     a Hugging Face one, as lmforge.load reads them); None where it reads as neither: the loader says why."""
     from lmforge.config import ModelConfig
     from lmforge.convert.hf import forced_tokens, hf_model_config
+    from lmforge.io import refuse_special_files
     from lmforge.io.native import FORMAT, read_meta
 
     try:
+        refuse_special_files(Path(path))  # as load does first: a FIFO generation_config.json would block
         meta = read_meta(Path(path))
         if meta.get("format") == FORMAT:
             return ModelConfig.from_dict(meta.get("config"))

@@ -308,6 +308,10 @@ def test_a_damaged_tokenizer_is_refused_naming_it_and_a_model_without_one_is_qua
     assert main(["quantize", "--model", str(tmp_path / "bare"), "--out", str(tmp_path / "q0"), *FAST]) == 0
     written = sorted(p.name for p in (tmp_path / "q0" / "model").iterdir())
     assert written == ["config.json", "model.safetensors"]
+    (tmp_path / "c.txt").write_text("a calibration text\n")  # smoothing texts need the tokenizer it lacks
+    assert main(["quantize", "--model", str(tmp_path / "bare"), "--out", str(tmp_path / "q1"), *FAST,
+                 "--calibration", str(tmp_path / "c.txt")]) == 2
+    assert capsys.readouterr().err.startswith("lmforge quantize: error: --calibration needs the model's")
     lmforge.save(tiny(n_layers=1), tmp_path / "m")
     tokenizer().save(tmp_path / "m")
     text = (tmp_path / "m" / "tokenizer.json").read_text()

@@ -63,3 +63,24 @@ def test_the_size_before_counts_a_hugging_face_folder_s_bin_weights(tmp_path):
     torch.save(load_file(tmp_path / "m" / "model.safetensors"), tmp_path / "m" / "pytorch_model.bin")
     (tmp_path / "m" / "model.safetensors").unlink()
     assert _sizes(model, tmp_path / "m")["bytes"] == (tmp_path / "m" / "pytorch_model.bin").stat().st_size
+
+
+def test_a_seq_len_past_the_model_and_calibration_without_a_tokenizer_name_the_fields(tmp_path):
+    """run_quantize said "--seq-len 100: ..." and "--calibration needs the model's tokenizer", flags the
+    Python caller never gave (a plain ValueError): OptionsErrors naming seq_len and calibration."""
+    import lmforge
+    from lmforge.compress.quantize_options import QuantizeOptions
+    from tests.tasks.core import tiny
+
+    model = tiny("bert-base", n_layers=1)
+    lmforge.save(model, tmp_path / "bare")  # no tokenizer beside it
+    longer = model.config.max_seq_len + 1
+    with pytest.raises(OptionsError) as seq_len:
+        run_quantize(tmp_path / "bare", tmp_path / "q", options=QuantizeOptions(batch_size=1, seq_len=longer))
+    assert str(seq_len.value).startswith(f"seq_len={longer}: the model reads at most")
+    assert seq_len.value.field == "seq_len"
+    fast = QuantizeOptions(batch_size=1, seq_len=8, rounds=1)
+    with pytest.raises(OptionsError) as calibration:
+        run_quantize(tmp_path / "bare", tmp_path / "q", calibration=["a text"], options=fast)
+    assert str(calibration.value).startswith("calibration needs the model's tokenizer")
+    assert calibration.value.field == "calibration" and not (tmp_path / "q").exists()

@@ -161,7 +161,7 @@ def cmd_quantize(args) -> None:
     """Quantise, save under --out, print the before/after table; quantize.json beside it."""
     import torch
 
-    from lmforge.cli.common import UsageError, flag_error, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, flag_error, named_once, read_records, refuse_overwrite
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.quantize_report import QUANTIZE_WRITES, run_quantize
     from lmforge.config.options import OptionsError
@@ -183,10 +183,13 @@ def cmd_quantize(args) -> None:
     existed = (Path(args.out) / "model").exists()
     try:
         report = run_quantize(source, args.out, records, kind if records else None, texts, options)
-    except OptionsError as err:  # the timed batch's bound, judged once the model says its length
-        if err.field not in ("batch_size", "rounds"):
+    except OptionsError as err:  # the timed batch's bounds, judged once the model says its length
+        if err.field == "calibration":  # the tokenizer its texts need
+            raise named_once(err, "--calibration") from None
+        if err.field not in ("batch_size", "rounds", "seq_len"):
             raise
-        raise flag_error(err, {"batch_size": args.batch_size, "rounds": args.rounds}) from None
+        raise flag_error(err, {"batch_size": args.batch_size, "rounds": args.rounds,
+                               "seq_len": args.seq_len}) from None
     _table(report)
     if existed:
         print(replaced_line(Path(args.out) / "model"))

@@ -52,12 +52,12 @@ def _metric(task, records: list) -> dict:
     return {"metric_name": name, "metric": float(value)}
 
 
-def _tokenizer(source: Path, option: str):
-    """The model's tokenizer, or a ValueError naming the option that needs it."""
+def _tokenizer(source: Path, field: str):
+    """The model's tokenizer, or an OptionsError naming the field that needs it (the CLI: its flag)."""
     try:
         return load_tokenizer(source)
     except (OSError, ValueError) as err:
-        raise ValueError(f"{option} needs the model's tokenizer: {err}") from None
+        raise OptionsError(f"{field} needs the model's tokenizer: {err}", field) from None
 
 
 def _models(source: Path, records, kind):
@@ -113,12 +113,13 @@ def _scored(source: Path, records, kind):
 
 def timed_length(model, seq_len: int | None) -> int:
     """Tokens a row of the timed batch: seq_len, or SEQ_LEN (the model's longest where shorter) for
-    None; a ValueError naming --seq-len past the model's max_seq_len."""
+    None; an OptionsError naming seq_len past the model's max_seq_len."""
     limit = model.config.max_seq_len
     if seq_len is None:
         return min(SEQ_LEN, limit)
     if seq_len > limit:
-        raise ValueError(f"--seq-len {seq_len}: the model reads at most {limit} tokens (its max_seq_len)")
+        raise OptionsError(f"seq_len={seq_len}: the model reads at most {limit} tokens (its max_seq_len)",
+                           "seq_len")
     return seq_len
 
 
@@ -189,7 +190,7 @@ def run_quantize(model, out, records: list | None = None, kind: str | None = Non
     length = timed_length(fp32, o.seq_len)
     o.check_timed(length)  # before any work: the default length is the model's (at most SEQ_LEN)
     ids, mask = random_tokens(fp32, o.batch_size, length, o.seed)
-    batches = text_batches(fp32, _tokenizer(source, "--calibration"), calibration) if calibration else None
+    batches = text_batches(fp32, _tokenizer(source, "calibration"), calibration) if calibration else None
     quantize(int8, o.mode, inplace=True, alpha=o.alpha, calibration=batches,
              source="text" if batches else None, seed=o.seed)
     report = _report(o.mode, fp32, int8, source, as_batch(fp32, ids, mask), o.rounds)

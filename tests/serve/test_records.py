@@ -192,3 +192,17 @@ def test_a_choice_record_is_bounded_by_its_longest_choice_not_by_all_its_texts(c
     too_long = {"text": T * 6, "choices": ["a dog", T * 6]}
     refused = choice_client.post("/predict", json={"inputs": too_long})
     assert refused.status_code == 413 and "longest choice" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("kind, record, field", [
+    ("cls", {"text": "a \ud800"}, "text"), ("pair", {"text": T, "text_pair": "b \udc80"}, "text_pair"),
+    ("qa", {"question": "who\udc80?", "context": T}, "question"),
+    ("choice", {"text": T, "choices": ["a", "b \ud800"]}, "choices.1"),
+])
+def test_a_lone_surrogate_is_refused_by_both_faces_naming_the_field(kind, record, field):
+    """A JSON "\\ud800" in a text: evaluate's records refuse it by checked_text's rule (4dc11387), while
+    /predict took it on to the tokenizer, whose error named no field of inputs."""
+    with pytest.raises(RequestError) as refused:
+        as_records(kind, [record])
+    assert _python(kind, record) is None and refused.value.param == f"inputs.0.{field}"
+    assert "is not valid Unicode: surrogates not allowed" in str(refused.value)

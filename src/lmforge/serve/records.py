@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from lmforge.config.options import OptionsError
 from lmforge.serve.limits import RequestError
 from lmforge.tasks.fields import FIELDS as TASK_FIELDS
 from lmforge.tasks.fields import (GOLD, SHORTHAND, SPAN_FIELDS, SPAN_GOLD, absent, as_record, as_text, blank,
@@ -67,7 +68,10 @@ def _value(kind: str, where: str, key: str, value):
         return [_value(kind, f"{where}.{k}", f"choices[{k}]", v) for k, v in enumerate(value)]
     if value is None and optional_field(kind, key):
         return None  # no field, as evaluate reads an optional null
-    text = as_text(value)
+    try:  # a lone surrogate (JSON's "\\ud800"): evaluate's rule (checked_text), not the tokenizer's error
+        text = as_text(value, key)
+    except OptionsError as err:
+        raise _refuse(where, str(err)) from None
     if text is None:
         raise _refuse(where, f"{key} must be text (a string or number)")
     if blank(text) and not (optional_field(kind, key) and absent(text)):

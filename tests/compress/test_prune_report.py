@@ -162,6 +162,48 @@ def test_heads_that_cannot_be_cut_are_refused_before_their_importance_is_estimat
     saved_classifier(tmp_path / "m", preset, "t5" if preset == "t5-small" else "bert", data, 16)
     monkeypatch.setattr(prune_report, "pruning_curve",
                         lambda *a, **k: pytest.fail("importance was estimated"))
-    with pytest.raises(ValueError, match="^--method heads: pruned_heads needs separate layers"):
-        run_prune(tmp_path / "m", data, tmp_path / "out", "heads", 0.5)
+    with pytest.raises(OptionsError, match="^method=heads: pruned_heads needs separate layers") as err:
+        run_prune(tmp_path / "m", data, tmp_path / "out", "heads", 0.5)  # said --method, a flag Python lacks
+    assert err.value.field == "method"
     assert not (tmp_path / "out" / "model").exists()
+
+
+def test_a_sparsity_that_removes_nothing_and_an_int8_folder_name_the_fields_not_the_flags(tmp_path):
+    """run_prune said "--sparsity 0.001 removes no FFN unit" and "--model DIR: the model is int8-quantised",
+    flags the Python caller never gave (plain ValueErrors): OptionsErrors naming sparsity and model_dir."""
+    import lmforge
+    from lmforge.compress.quantize import quantize
+    from tests.tasks.core import saved_classifier, sentiment
+
+    data = sentiment(40)["train"][:8]
+    saved_classifier(tmp_path / "m", "bert-base", "bert", data, 16)
+    with pytest.raises(OptionsError) as nothing:
+        run_prune(tmp_path / "m", data, tmp_path / "out", "ffn", 0.001)
+    assert str(nothing.value).startswith("sparsity=0.001 removes no FFN unit")
+    assert nothing.value.field == "sparsity" and "--" not in str(nothing.value)
+    lmforge.save(quantize(lmforge.load(tmp_path / "m"), alpha=None), tmp_path / "int8")
+    with pytest.raises(OptionsError) as int8:
+        run_prune(tmp_path / "int8", data, tmp_path / "out8", "ffn", 0.5, kind="cls")
+    assert str(int8.value).startswith(f"model_dir {tmp_path / 'int8'}: the model is int8-quantised")
+    assert int8.value.field == "model_dir" and not (tmp_path / "out8").exists()
+
+
+def test_the_command_line_names_its_flags_for_the_same_refusals(tmp_path, capsys):
+    """lmforge prune keeps --model and --sparsity, where Python names model_dir and sparsity."""
+    import json
+
+    import lmforge
+    from lmforge.cli import main
+    from lmforge.compress.quantize import quantize
+    from tests.tasks.core import saved_classifier, sentiment
+
+    data = sentiment(40)["train"][:8]
+    saved_classifier(tmp_path / "m", "bert-base", "bert", data, 16)
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+    lmforge.save(quantize(lmforge.load(tmp_path / "m"), alpha=None), tmp_path / "int8")
+    cases = (("m", "0.001", "--sparsity 0.001 removes no FFN unit"),
+             ("int8", "0.5", f"--model {tmp_path / 'int8'}: the model is int8-quantised"))
+    for model, sparsity, said in cases:
+        argv = ["--model", str(tmp_path / model), "--task", "cls", "--method", "ffn", "--sparsity", sparsity]
+        assert main(["prune", *argv, "--data", str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "o")]) == 2
+        assert capsys.readouterr().err.startswith(f"lmforge prune: error: {said}")

@@ -171,7 +171,7 @@ def cmd_heads(args) -> None:
     if options.prune is not None or options.until is not None:
         from lmforge.compress.prune_report import refuse_quantised
 
-        refuse_quantised(args.model)
+        refuse_quantised(args.model, "--model")
     kind = saved_kind(args.model, args.task)
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")

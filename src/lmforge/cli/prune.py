@@ -137,7 +137,7 @@ def _unstructured(args, kind: str, records: list, configs: tuple) -> None:
 
 def cmd_prune(args) -> None:
     """Prune, save under --out, print the before/after table; prune.json beside it."""
-    from lmforge.cli.common import UsageError, check_task, read_records, refuse_overwrite
+    from lmforge.cli.common import UsageError, check_task, flag_named, read_records, refuse_overwrite
     from lmforge.cli.tasks import check_model
     from lmforge.compress.model_files import replaced_line
     from lmforge.compress.prune_report import PRUNE_WRITES, refuse_quantised, run_prune
@@ -153,7 +153,7 @@ def cmd_prune(args) -> None:
                      ("--valid", args.valid), ("--config", args.config), writes=writes, sources=("--model",))
     _refuse_a_run_there(args)
     check_model(args.model)  # named as --model, before it is read or any output folder is made
-    refuse_quantised(args.model)
+    refuse_quantised(args.model, "--model")
     kind = saved_kind(args.model, args.task)
     if kind is None:
         raise UsageError("--task is needed: the model directory has no task.json")
@@ -163,7 +163,8 @@ def cmd_prune(args) -> None:
     extra = args.importance_data and read_records("--importance-data", args.importance_data, kind,
                                                   args.columns)
     existed = (Path(args.out) / "model").exists()
-    report = run_prune(args.model, records, args.out, args.method, args.sparsity, kind, extra or None)
+    with flag_named("sparsity", "--sparsity", None), flag_named("method", "--method", None):  # as flags
+        report = run_prune(args.model, records, args.out, args.method, args.sparsity, kind, extra or None)
     removed = report["removed"]
     title = (f"{args.method} pruning: sparsity {args.sparsity} asked, {report['achieved_sparsity']:.4f} "
              f"removed ({removed['removed']} of {removed['of']} {removed['unit']})")

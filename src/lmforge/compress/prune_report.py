@@ -35,9 +35,10 @@ METHODS = ("ffn", "heads")
 PRUNE_WRITES = ("model", "prune.json")  # what a structured run writes under out (lmforge prune checks it)
 
 
-def refuse_quantised(model) -> None:
-    """A ValueError where `model` (a loaded model, or a directory or name: its config.json, read
-    before any weight loads) is int8-quantised: pruning needs the fp32 weights."""
+def refuse_quantised(model, said: str = "model_dir") -> None:
+    """An error where `model` (a loaded model, or a directory or name: its config.json, read before any weight
+    loads) is int8-quantised: pruning needs the fp32 weights. A folder's is an OptionsError naming model_dir
+    (run_prune's argument) as `said` says it: the command line's --model."""
     if isinstance(model, nn.Module):
         return refuse_int8(model)
     path = resolve_dir(model)
@@ -47,7 +48,7 @@ def refuse_quantised(model) -> None:
     quantization = config.get("quantization") if isinstance(config, dict) else None
     if quantization:
         mode = quantization.get("mode") if isinstance(quantization, dict) else quantization
-        raise ValueError(f"--model {model}: the model is int8-quantised ({mode}): {PRUNING}")
+        raise OptionsError(f"{said} {model}: the model is int8-quantised ({mode}): {PRUNING}", "model_dir")
     return None
 
 
@@ -79,25 +80,26 @@ def _ffn_plan(model, sparsity: float) -> dict:
 
 
 def plan(model, method: str, sparsity: float) -> dict:
-    """What `method` at `sparsity` removes from `model`: {"unit", "total", "removed", "why"}; a
-    ValueError naming --sparsity (and the smallest that removes something) where that is nothing."""
+    """What `method` at `sparsity` removes from `model`: {"unit", "total", "removed", "why"}; an
+    OptionsError naming sparsity (and the smallest that removes something) where that is nothing, or
+    method where heads cannot be cut."""
     if method == "heads":  # heads that cannot be cut (T5, GQA, ALBERT): before importance is estimated
         try:
             model.config.replace(pruned_heads={attention_keys(model.config)[0]: []})
         except ConfigError as err:
-            raise ValueError(f"--method heads: {err}") from None
+            raise OptionsError(f"method=heads: {err}", "method") from None
     found = _ffn_plan(model, sparsity) if method == "ffn" else _heads_plan(model.config, sparsity)
     if found["removed"] > 0:
         return found
     unit = found["unit"][:-1]
     if found.get("removable") == 0:
-        raise ValueError(f"--method heads: every layer has one head left, and a layer keeps its last: "
-                         f"no {unit} can go")
+        raise OptionsError(f"method=heads: every layer has one head left, and a layer keeps its last: "
+                           f"no {unit} can go", "method")
     planned = _ffn_plan if method == "ffn" else (lambda m, s: _heads_plan(m.config, s))
     smallest = smallest_sparsity(lambda s: planned(model, s)["removed"] > 0,
                                  found.get("largest", found["total"]))
-    raise ValueError(f"--sparsity {sparsity} removes no {unit} ({found['total']} {found['unit']} in all; "
-                     f"{found['why']}); the smallest sparsity that removes one is {smallest}")
+    raise OptionsError(f"sparsity={sparsity} removes no {unit} ({found['total']} {found['unit']} in all; "
+                       f"{found['why']}); the smallest sparsity that removes one is {smallest}", "sparsity")
 
 
 def _count(model, method: str) -> int:

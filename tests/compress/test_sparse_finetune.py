@@ -89,6 +89,7 @@ def test_a_run_that_ends_before_the_sparsity_is_reached_is_refused_naming_end(st
         schedule_steps(cfg, steps)
     assert err.value.field == "end" and cubic_sparsity(steps - 1, 0.5, round(start * steps),
                                                         round(end * steps)) < 0.5
+    assert "give more steps or a smaller end" in str(err.value)  # said "--steps", a flag Python never gave
     model = tiny("bert-base", n_layers=1)
     model.save(tmp_path / "m")
     tokenizer().save(tmp_path / "m")

@@ -13,6 +13,7 @@ import lmforge
 from lmforge.cli import main
 from lmforge.compress.sparsity import (FLOOR, MovementMask, Pruner, cubic_sparsity, floor, fused_rows,
                                        is_score, kept, prunable, top_k_mask, weight_sparsity)
+from lmforge.config.options import OptionsError
 from lmforge.io import CheckpointError
 from lmforge.train.optim import build_optimizer, param_groups
 from tests.conftest import tiny_model
@@ -192,6 +193,8 @@ def test_prune_command_refuses_bad_input(files, tmp_path, capsys):
     assert len(err) == 2 and "bogus" in err[-1]
     assert main(base + ["--method", "soft-movement", "--sparsity", "0.5", *train, "parallel=fsdp"]) == 2
     assert "parallel=fsdp" in capsys.readouterr().err  # FSDP shards the matrices a top-k ranks
+    assert main(base + ["--method", "magnitude", "--sparsity", "0.0002", *train]) == 2
+    assert "error: --sparsity 0.0002 removes no weight" in capsys.readouterr().err  # the flag, as before
 
 
 @pytest.mark.parametrize("method", ["magnitude", "movement", "soft-movement"])
@@ -204,8 +207,9 @@ def test_int8_models_and_sparsities_that_remove_nothing_are_refused(method):
     # each of q, k, v is a matrix of its own; soft movement ranks all weights at once
     sizes = [r * m.in_features for name, m in prunable(model).items() for r in fused_rows(model, name, m)]
     pool = sum(sizes) if method == "soft-movement" else max(sizes)
-    with pytest.raises(ValueError, match=r"--sparsity \S+ removes no weight") as refused:
+    with pytest.raises(OptionsError, match=r"^sparsity \S+ removes no weight") as refused:  # not --sparsity
         Pruner(model, method, 0.4 / pool, 0, 4)
+    assert refused.value.field == "sparsity"
     smallest = float(str(refused.value).rsplit(" ", 1)[-1])  # "... the smallest sparsity ... is X"
     assert not any(parametrize.is_parametrized(m) for m in prunable(model).values())
     # the least of 4 decimals that removes one

@@ -112,14 +112,15 @@ def _sparse_configs(args) -> tuple:
 def _unstructured(args, kind: str, records: list, configs: tuple) -> None:
     """Fine-tune with magnitude or movement pruning (configs: _sparse_configs); prints the table, writes
     prune.json."""
-    from lmforge.cli.common import read_records
+    from lmforge.cli.common import flag_named, read_records
     from lmforge.compress.sparse_finetune import run_sparse_prune
 
     train_cfg, task_cfg, sparse_cfg = configs
     train = read_records("--train", args.train, kind, args.columns)
     valid = read_records("--valid", args.valid, kind, args.columns) if args.valid else None
-    report = run_sparse_prune(args.model, kind, train, valid, records, args.out, train_cfg=train_cfg,
-                              sparse_cfg=sparse_cfg, task_cfg=task_cfg, resume=args.resume, log=note)
+    with flag_named("sparsity", "--sparsity", None):  # a sparsity that rounds to no weight
+        report = run_sparse_prune(args.model, kind, train, valid, records, args.out, train_cfg=train_cfg,
+                                  sparse_cfg=sparse_cfg, task_cfg=task_cfg, resume=args.resume, log=note)
     ws = report["weight_sparsity"]
     rows = {name: {**report[name],
                    "nonzero": report[name]["parameters"] - (ws["zeros"] if name == "after" else 0)}

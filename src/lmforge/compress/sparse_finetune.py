@@ -190,7 +190,7 @@ def schedule_steps(cfg: SparseConfig, steps: int) -> tuple:
     if reached > steps - 1:
         raise OptionsError(f"end={cfg.end} (start={cfg.start}) of {steps} step(s): sparsity {cfg.sparsity} "
                            f"is reached at step {reached}, after the run's last step ({steps - 1}), so the "
-                           f"model would end less sparse; give more --steps or a smaller end", "end")
+                           f"model would end less sparse; give more steps or a smaller end", "end")
     return start, end
 
 

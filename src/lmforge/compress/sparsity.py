@@ -46,6 +46,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from lmforge.config.options import OptionsError
 from lmforge.quant import int8
 
 METHODS = ("magnitude", "movement", "soft-movement")
@@ -297,16 +298,16 @@ class Pruner:
 
 
 def _refuse_nothing_removed(method: str, sparsity: float, sizes: list) -> None:
-    """A ValueError where `sparsity` rounds to no weight at all: each matrix (soft movement: all of
-    them together) keeps whole weights."""
+    """An OptionsError naming sparsity where it rounds to no weight at all: each matrix (soft movement: all
+    of them together) keeps whole weights."""
     pools = [sum(sizes)] if method == "soft-movement" else sizes
     if all(kept(n, sparsity) == n for n in pools):
         n, largest = len(sizes), max(pools)
         where = (f"the {n} block matrices hold {largest:,} weights in all" if method == "soft-movement"
                  else f"the largest of the {n} block matrices has {largest:,} weights")
         smallest = smallest_sparsity(lambda s: kept(largest, s) < largest, largest)
-        raise ValueError(f"--sparsity {sparsity} removes no weight ({where}); the smallest sparsity that "
-                         f"removes one is {smallest}")
+        raise OptionsError(f"sparsity {sparsity} removes no weight ({where}); the smallest sparsity that "
+                           f"removes one is {smallest}", "sparsity")
 
 
 def is_score(name: str) -> bool:

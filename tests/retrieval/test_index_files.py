@@ -106,6 +106,12 @@ def test_a_bm25_only_build_does_not_adopt_an_earlier_dense_part(index, capsys):
     capsys.readouterr()
     assert "no dense index" in _refusal(index, capsys)
     assert _query(index, capsys, "--method", "bm25")[0] == 0
+    from lmforge.config.options import OptionsError
+    from lmforge.retrieval.jobs import query_index
+
+    with pytest.raises(OptionsError) as python:  # it said only "--model" and "--method bm25", the flags
+        query_index(index, [QUERY])
+    assert "method='bm25' (--method bm25)" in str(python.value) and python.value.field == "method"
 
 
 def test_queries_are_embedded_with_the_options_the_passages_were(built, index, capsys):

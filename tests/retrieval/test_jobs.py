@@ -271,3 +271,18 @@ def test_every_training_job_refuses_an_out_holding_a_run_s_checkpoints_before_th
         assert isinstance(err.value, UnsafePath) and err.value.field == "out"
         assert str(err.value) == (f"out {out} already holds a run's checkpoints: pass resume=True (--resume) "
                                   "to continue it, or another folder")
+
+
+def test_gcide_beside_passages_and_passages_of_one_title_name_the_python_fields(tmp_path):
+    """question_sets and split_by_title said "--questions gcide ... drop --passages" and "--passages: ...",
+    flags a Python caller (run_train, run_realm: passages_source=) never gave: the fields, and the flags."""
+    from lmforge.retrieval.passages import Passage
+
+    with pytest.raises(OptionsError) as gcide:
+        jobs.question_sets("gcide", "passages.jsonl", 0)
+    assert "drop passages_source (--passages)" in str(gcide.value) and gcide.value.field == "passages_source"
+    one = [Passage(str(i), "One title", f"text {i}") for i in range(3)]
+    with pytest.raises(OptionsError) as titles:
+        jobs.split_by_title(one, 0.1, 0)
+    assert str(titles.value).startswith("passages_source (--passages): 1 document title(s)")
+    assert titles.value.field == "passages_source"

@@ -174,7 +174,8 @@ def _search(path: Path, parts: set, queries: list, k: int, options: QueryOptions
     if options.method == "bm25":
         return BM25Index.load(path / "bm25").search(queries, k)
     if "dense" not in parts:
-        raise ValueError(f"{path}: no dense index (build it with --model, or query with --method bm25)")
+        raise OptionsError(f"{path}: no dense index (build it with model= (--model), or query with "
+                           f"method='bm25' (--method bm25))", "method")
     index = DenseIndex.load(path / "dense")
     name = model or index.manifest.get("model") or ""
     # queries embedded as the passages were (pooling, max_length given at build time, not the folder's own)
@@ -206,8 +207,8 @@ def question_sets(questions: str | None, passages_source: str | None, seed: int,
     or a user's QA file split 90/10 (seeded); `answered`: each of its questions must have an answer."""
     if questions == "gcide":
         if passages_source:
-            raise ValueError("--questions gcide brings its own passages (dictionary entries): "
-                             "drop --passages")
+            raise OptionsError("questions='gcide' (--questions gcide) brings its own passages (dictionary "
+                               "entries): drop passages_source (--passages)", "passages_source")
         return dictionary_questions(seed=seed)
     if questions in (None, "builtin"):
         passages = load_passages(passages_source, seed)
@@ -299,8 +300,8 @@ def split_by_title(passages: list, test_share: float, seed: int) -> tuple:
     """(train rows, test rows) of the passages, whole documents (titles) held out, seeded."""
     titles = sorted({p.title for p in passages})
     if len(titles) < 2:
-        raise ValueError(f"--passages: {len(titles)} document title(s); holding whole documents out "
-                         "needs two or more")
+        raise OptionsError(f"passages_source (--passages): {len(titles)} document title(s); holding whole "
+                           "documents out needs two or more", "passages_source")
     random.Random(seed).shuffle(titles)
     held = set(titles[:max(1, round(test_share * len(titles)))])
     rows = range(len(passages))

@@ -25,7 +25,8 @@ def test_a_fresh_run_after_a_killed_first_save_records_its_own_settings(tmp_path
     assert json.loads((tmp_path / SETTINGS).read_text())["--sparsity"] == 0.7
     assert check_settings(tmp_path, {"--sparsity": 0.7, "--steps": 4}, resume=True) is False  # the run's
     with pytest.raises(ValueError,
-                       match="--sparsity 0.5 differs from the run being resumed .*--sparsity 0.7"):
+                       match="--sparsity 0.5 differs from the run being resumed .*--sparsity 0.7.*another "
+                             "out \\(--out\\)$"):
         check_settings(tmp_path, {"--sparsity": 0.5, "--steps": 6}, resume=True)
 
 

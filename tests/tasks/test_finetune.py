@@ -206,8 +206,9 @@ def test_a_resume_on_other_validation_data_is_refused_and_on_the_same_goes_on(tm
     edited = [dict(r) for r in data["validation"][:16]]
     edited[2]["label"] = "1" if edited[2]["label"] == "0" else "0"  # one gold label changed
     for other, said in ((edited, "the same 16 examples in count"), (data["validation"][:12], "16 examples")):
-        with pytest.raises(ValueError, match=f"validated on other data \\({said}"):
+        with pytest.raises(ValueError, match=f"validated on other data \\({said}") as refused:
             go(other, resume=True)
+        assert str(refused.value).endswith("choose another out (--out)")  # the field, not --out alone
     assert go(data["validation"][:16], resume=True)["steps"] == 3
 
 

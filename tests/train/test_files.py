@@ -94,14 +94,14 @@ def test_a_checkpoint_without_checksums_loads_with_one_line_saying_it_is_unverif
 
 def test_resume_with_nothing_to_resume_is_refused_in_one_line(tmp_path, capsys):
     root = tmp_path / "x" / "checkpoints"
-    with pytest.raises(NothingToResume, match=f"^--resume: no checkpoint under {root}"):
+    with pytest.raises(NothingToResume, match=f"^resume=True \\(--resume\\): no checkpoint under {root}"):
         Trainer(mlm_objective(), toy_data(), quick(steps=1), tmp_path / "x").fit(resume=True)
     assert not (tmp_path / "x" / "metrics.jsonl").exists()
     argv = ["pretrain", "--preset", "bert-base", "--objective", "mlm", "--out", str(tmp_path / "y"),
             "--steps", "1", "--resume"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--resume: no checkpoint under" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "(--resume): no checkpoint under" in err and "Traceback" not in err
     assert not (tmp_path / "y").exists()  # refused before any work
 
 

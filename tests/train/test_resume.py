@@ -54,13 +54,14 @@ def test_resume_refuses_when_no_checkpoint_is_usable_and_touches_nothing(run):
     # what is wrong is in the error itself, not only in the warnings (the log, here silent; stdout on the CLI)
     said = str(refused.value)
     assert "the newest: checkpoint " in said and "step-0000004" in said and "model.safetensors" in said, said
-    assert "\n" not in said
+    assert "\n" not in said and said.endswith("choose another out (--out)")  # the field, not --out alone
 
 
 def test_resume_of_another_model_or_objective_names_what_differs(run):
     bigger = Trainer(mlm_objective(n_layers=3), toy_data(), quick(steps=4), run)
-    with pytest.raises(ValueError, match="another model or objective: n_layers=2 .*vs 3"):
+    with pytest.raises(ValueError, match="another model or objective: n_layers=2 .*vs 3") as refused:
         bigger.resume()
+    assert str(refused.value).endswith("choose another out (--out)")  # the field, not --out alone
     causal = Trainer(clm_objective(), toy_data(), quick(steps=4), run)
     with pytest.raises(ValueError, match="objective 'mlm' \\(the run's\\) vs 'clm'"):
         causal.resume()
@@ -100,7 +101,8 @@ def test_resume_on_other_training_data_is_refused_and_on_the_same_data_goes_on(r
     edited[3] = edited[4]  # one example changed: the same count, other batches
     for other, said in ((edited, f"the same {len(data)} examples in count"),
                         (data[:-1], f"{len(data)} examples \\(the run's\\) vs {len(data) - 1} \\(now\\)")):
-        with pytest.raises(ValueError, match=f"trained on other data \\({said}, their contents differ\\)"):
+        with pytest.raises(ValueError, match=f"trained on other data \\({said}, their contents differ\\)"
+                                             ".* choose another out \\(--out\\)$"):
             Trainer(mlm_objective(), other, quick(steps=4), run).resume()
     assert Trainer(mlm_objective(), toy_data(), quick(steps=4), run, log=lambda m: None).resume()
 
@@ -113,7 +115,8 @@ def test_a_resume_that_trains_other_parameters_or_lrs_is_refused_naming_optimize
     frozen.model.tokens.weight.requires_grad_(False)
     before = {k: v.clone() for k, v in frozen.state_dict().items()}
     with pytest.raises(ValueError, match="step-0000004: its optimizer.pt does not fit this run's optimiser "
-                                         "\\(1 parameters trained by the run, not now \\(e.g. model.tokens"):
+                                         "\\(1 parameters trained by the run, not now \\(e.g. model.tokens"
+                                         ".* choose another out \\(--out\\)$"):
         Trainer(frozen, toy_data(), quick(steps=4), run).resume()
     assert all(torch.equal(v, before[k]) for k, v in frozen.state_dict().items())  # nothing loaded
     scaled = Trainer(mlm_objective(), toy_data(), quick(steps=4), run,

@@ -156,7 +156,7 @@ def check_settings(out: Path, settings: dict, resume: bool) -> bool:
                 shown = f"{option}{value}" if option.endswith("=") else f"{option} {value}"
                 was = f"{option}{run[option]}" if option.endswith("=") else f"{option} {run[option]}"
                 raise ValueError(f"{shown} differs from the run being resumed in {out} ({was}): resume with "
-                                 f"the run's settings, or choose another --out")
+                                 f"the run's settings, or choose another out (--out)")
         return False
     return not held
 
@@ -174,11 +174,11 @@ def read_settings(path: Path) -> dict:
         run = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(f"{path}: the run's pruning settings cannot be read ({err}); a resume is checked "
-                         f"against them: choose another --out") from None
+                         f"against them: choose another out (--out)") from None
     # never optional: a resume is only as sure as the settings it is checked against
     return verify(run, STATE_KEY, path,
                   what="the run's pruning settings do not match their checksum (changed or damaged); choose "
-                       "another --out")
+                       "another out (--out)")
 
 
 def schedule_steps(cfg: SparseConfig, steps: int) -> tuple:

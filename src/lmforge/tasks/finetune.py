@@ -220,7 +220,7 @@ class Validator:
         if change is not None:
             raise ValueError(f"cannot resume {self.out}: it was validated on other data ({change}), and "
                              "its best score and patience were counted there; resume with the run's "
-                             "validation data or choose another --out")
+                             "validation data or choose another out (--out)")
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a checkpoint's state_dict() (a resumed run), checked first (check_state)."""

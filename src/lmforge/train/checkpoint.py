@@ -219,8 +219,8 @@ def check_resumable(out) -> None:
     train afresh), UnsafePath where either is a link; called by jobs before their work, and by Trainer.fit."""
     root = training_folder(out) / "checkpoints"
     if not checkpoints(root):
-        raise NothingToResume(f"--resume: no checkpoint under {root} (nothing to resume; run without "
-                              f"--resume to start)")
+        raise NothingToResume(f"resume=True (--resume): no checkpoint under {root} (nothing to resume; run "
+                              f"without it to start)")
 
 
 def read_info(path: Path) -> dict:
@@ -354,7 +354,7 @@ def latest_checkpoint(root: Path, warn=print):
     if found:  # the error names what is wrong with the newest: the warnings may go where the error does not
         raise CheckpointCorrupt(f"no usable checkpoint in {root} ({len(found)} damaged; the newest: "
                                 f"{newest}); refusing to start over on top of them: move them away or choose "
-                                f"another --out")
+                                f"another out (--out)")
     return None
 
 
@@ -396,4 +396,4 @@ def check_optimizer(path: Path, saved, now: dict, weights: dict) -> None:
     if change:
         raise ValueError(f"cannot resume {path}: its {FILES[1]} does not fit this run's optimiser "
                          f"({change}); resume with the run's settings (freeze_*, layer_decay ...) or "
-                         f"choose another --out")
+                         f"choose another out (--out)")

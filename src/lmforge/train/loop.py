@@ -199,7 +199,7 @@ class Trainer:
             more = f" and {len(problems) - 6} more" if len(problems) > 6 else ""
             raise ValueError(f"cannot resume {path}: it was trained with another model or objective: "
                              f"{'; '.join(problems[:6])}{more}; resume with the run's settings or choose "
-                             f"another --out")
+                             f"another out (--out)")
 
     def _data_identity(self) -> dict:
         """The training data's fingerprint (train/data.py), computed once per run."""
@@ -213,7 +213,7 @@ class Trainer:
         change = data_change(run, self._data_identity())
         if change is not None:
             raise ValueError(f"cannot resume {path}: it was trained on other data ({change}); resume with "
-                             "the run's training data or choose another --out")
+                             "the run's training data or choose another out (--out)")
 
     def _micro_step(self, batch: dict, last: bool) -> tuple:
         # backward runs even on a non-finite loss, so every rank joins the all-reduce (_update refuses it)

@@ -99,6 +99,15 @@ def test_a_validation_setting_without_validation_records_is_refused(tmp_path, tr
         finetune(tiny(), tokenizer(), "cls", sentiment()["train"][:8], None, tmp_path,
                  cfg(steps=1, **train_options), TaskConfig(**task_options), log=quiet)
     assert err.value.field == field and not (tmp_path / "final").exists()
+    assert "(valid, --valid FILE)" in str(err.value)  # the argument Python gives, beside the flag
+
+
+def test_a_preset_without_a_tokenizer_names_the_argument_and_the_flag(tmp_path):
+    """finetune("bert-base") said "(--tokenizer DIR)" alone, a ValueError: the argument too, typed."""
+    with pytest.raises(OptionsError, match=r"^preset 'bert-base' needs a tokenizer \(tokenizer=, --tokenizer"
+                                           r" DIR\)") as err:
+        finetune("bert-base", None, "cls", sentiment()["train"][:8], None, tmp_path, cfg(steps=1), log=quiet)
+    assert err.value.field == "tokenizer" and not (tmp_path / "final").exists()
 
 
 @pytest.mark.parametrize("link", ["out", "out/checkpoints"])

@@ -103,7 +103,7 @@ def check_validated(train_cfg, task_cfg, valid=None) -> None:
     reads it: fine-tuning's check, distillation's and pruning's."""
     if valid:
         return
-    why = "a setting of validation, and the run has no validation records (--valid FILE) to evaluate"
+    why = "a setting of validation, and the run has no validation records (valid, --valid FILE) to evaluate"
     if train_cfg.eval_every:  # left out (null) or 0: no validation during training, as the run has none
         refuse_changed(train_cfg, ("eval_every",), why)
     refuse_changed(task_cfg, ("patience", "keep_best", "eval_batch_size"), why)

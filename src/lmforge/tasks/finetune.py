@@ -125,7 +125,7 @@ class TaskConfig:
 def preset_model(name: str, tokenizer, overrides: dict | None = None, seed: int = 0):
     """Preset `name` sized to the tokenizer, its init from `seed` (PRESET_SEED), not the caller's RNG."""
     if tokenizer is None:
-        raise ValueError(f"preset {name!r} needs a tokenizer (--tokenizer DIR)")
+        raise OptionsError(f"preset {name!r} needs a tokenizer (tokenizer=, --tokenizer DIR)", "tokenizer")
     config = get_config(name, **{"vocab_size": tokenizer.vocab_size, **(overrides or {})})
     with torch.random.fork_rng(devices=[]):  # the model is built on the CPU
         torch.manual_seed(derive_seed(seed, PRESET_SEED))

@@ -109,8 +109,9 @@ def test_a_malformed_task_file_is_a_one_line_options_error_naming_file_and_line(
 
 
 @pytest.mark.parametrize("columns, message", [
-    ("txt=text", r"--columns names unknown field\(s\) \['txt'\]; cls has text, label"),
-    ("text", r"--columns expects field=column pairs separated by commas, got 'text'"),
+    # read_task_file's argument, beside the command line's flag (it said --columns alone)
+    ("txt=text", r"columns \(--columns\) names unknown field\(s\) \['txt'\]; cls has text, label"),
+    ("text", r"columns \(--columns\) expects field=column pairs separated by commas, got 'text'"),
 ])
 def test_a_bad_columns_mapping_is_an_options_error_naming_columns(tmp_path, columns, message):
     path = write(tmp_path, "ok.csv", "text,label\nok,1\n")
@@ -230,7 +231,11 @@ def test_squad_json_is_not_read_as_conll(tmp_path, indent):
                             "answers": [{"text": "Ann", "start": 4}]}) + "\n", "qa",
      r"o.jsonl:1: answers\[0\] 'Ann' is not at character 4"),
     ("squad.json", json.dumps(SQUAD), "cls",
-     r"squad.json:1: no columns 'text', 'label' \(for text, label\); the record has 'version', 'data'"),
+     r"squad.json:1: no columns 'text', 'label' \(for text, label\); the record has 'version', 'data'.*"
+     r"\(columns, --columns, maps fields to columns\)$"),  # read_task_file's argument, and the flag
+    ("c.jsonl", '{"text": "x", "choices": "ab", "label": 0}\n', "choice",
+     r"c.jsonl:1: choices \(column 'choices'\) must be a non-empty list; in CSV/TSV name the columns: "
+     r"columns \(--columns\) choices=ending0"),
 ])
 def test_files_without_the_fields_the_task_needs_are_refused(tmp_path, name, text, kind, message):
     with pytest.raises(ValueError, match=message):

@@ -40,8 +40,8 @@ def parse_columns(spec) -> dict:
     out = {}
     for part in str(spec).split(","):
         if "=" not in part:
-            raise OptionsError(f"--columns expects field=column pairs separated by commas, got {part!r}",
-                               "columns")
+            raise OptionsError(f"columns (--columns) expects field=column pairs separated by commas, got "
+                               f"{part!r}", "columns")
         field, column = (s.strip() for s in part.split("=", 1))
         out[field] = column
     return out
@@ -142,8 +142,8 @@ def read_records(path, kind: str, columns=None, labelled: bool = True) -> list:
     names = [f.rstrip("?") for f in FIELDS[kind]]
     unknown = sorted(set(mapping) - set(names))
     if unknown:
-        raise OptionsError(f"--columns names unknown field(s) {unknown}; {kind} has {', '.join(names)}",
-                           "columns")
+        raise OptionsError(f"columns (--columns) names unknown field(s) {unknown}; {kind} has "
+                           f"{', '.join(names)}", "columns")
     return canonical_rows(read_rows(path), path, kind, mapping, labelled)
 
 

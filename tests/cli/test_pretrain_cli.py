@@ -105,11 +105,12 @@ def test_who_may_take_a_teacher_or_a_checkpoint_is_decided_before_either_is_read
     from lmforge.train import TrainConfig
 
     monkeypatch.setattr(recipe, "load", lambda path: pytest.fail(f"read {path}"))
-    with pytest.raises(ValueError, match="objective 'mlm' takes no teacher model"):
+    # each names the Python argument beside the flag (they named --teacher and --model alone)
+    with pytest.raises(ValueError, match=r"objective 'mlm' takes no teacher model \(teacher=, --teacher DIR"):
         recipe.pretrain("mlm", tmp_path / "a", TrainConfig(steps=1), teacher="all-MiniLM-L6-v2", n_docs=20)
-    with pytest.raises(ValueError, match="needs a teacher model"):
+    with pytest.raises(ValueError, match=r"needs a teacher model \(teacher=, --teacher DIR\)"):
         recipe.pretrain("distillation", tmp_path / "b", TrainConfig(steps=1), preset="bert-tiny", n_docs=20)
-    with pytest.raises(ValueError, match="replaces a preset and a teacher"):
+    with pytest.raises(ValueError, match=r"\(model=, --model\) replaces a preset and a teacher"):
         recipe.pretrain("mlm", tmp_path / "c", TrainConfig(steps=1), model="all-MiniLM-L6-v2",
                         preset="bert-tiny", n_docs=20)
     assert not any((tmp_path / name).exists() for name in "abc")
@@ -187,3 +188,21 @@ def test_an_out_holding_a_run_s_checkpoints_exits_2_naming_out_before_any_read(t
     assert ("missing is neither a model" in err if resume else err ==
             f"lmforge pretrain: error: --out {out} already holds a run's checkpoints: pass resume=True "
             "(--resume) to continue it, or another folder\n")
+
+
+def test_what_to_start_from_is_said_by_the_python_argument_beside_the_flag(tmp_path):
+    """No start, a model folder given as a preset and add_tokens without a checkpoint named only --model and
+    --teacher, flags a Python caller of pretrain() never gave: model= and teacher= beside them."""
+    import lmforge
+    import lmforge.train.pretrain as recipe
+    from lmforge.train import TrainConfig
+
+    with pytest.raises(ValueError, match=r"\(model=, --model DIR\) or a teacher \(teacher=, --teacher DIR\)"):
+        recipe.pretrain("mlm", tmp_path / "a", TrainConfig(steps=1), n_docs=20)
+    lmforge.build(lmforge.tiny("bert-base")).save(tmp_path / "m")
+    with pytest.raises(ValueError, match=r"continue pretraining it with model= \(--model\) "):
+        recipe.pretrain("mlm", tmp_path / "b", TrainConfig(steps=1), preset=str(tmp_path / "m"), n_docs=20)
+    (tmp_path / "words.txt").write_text("zyzzyva\n")
+    with pytest.raises(ValueError, match=r"give the checkpoint \(model=, --model DIR\)$"):
+        recipe.pretrain("mlm", tmp_path / "c", TrainConfig(steps=1), preset="bert-tiny", n_docs=20,
+                        add_tokens=str(tmp_path / "words.txt"))

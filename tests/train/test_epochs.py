@@ -37,7 +37,7 @@ def test_epochs_must_be_a_positive_number(bad):
 
 
 def test_steps_and_epochs_together_are_refused():
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match=r"^give steps=1000 \(--steps\) or epochs=2, not both"):
         TrainConfig.from_dict({"steps": 1000, "epochs": 2})  # even the default number of steps, if given
     with pytest.raises(ValueError, match="not both"):
         TrainConfig(steps=5, epochs=2)

@@ -88,7 +88,7 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> "TrainConfig":
         """Build from a dict; an unknown key is an error naming it, and so are both steps and epochs."""
         if isinstance(data, dict) and data.get("steps") is not None and data.get("epochs") is not None:
-            raise OptionsError(f"give --steps ({data['steps']}) or epochs= ({data['epochs']}), not both",
+            raise OptionsError(f"give steps={data['steps']} (--steps) or epochs={data['epochs']}, not both",
                                "epochs")
         return options_from_dict(cls, data, "training")
 

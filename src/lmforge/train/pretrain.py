@@ -174,10 +174,11 @@ def checkpoint_start(name, tokenizer=None, overrides: dict | None = None) -> tup
 
 def _preset_config(preset, overrides: dict | None):
     if preset is None:
-        raise ValueError("give a preset, a checkpoint to continue (--model DIR) or a teacher (--teacher DIR)")
+        raise ValueError("give a preset, a checkpoint to continue (model=, --model DIR) or a teacher "
+                         "(teacher=, --teacher DIR)")
     if model_dir(preset) is not None:  # a trained model is not an architecture to start afresh
         raise ValueError(f"{preset} is a model directory, not a preset: continue pretraining it with "
-                         f"--model {preset}")
+                         f"model= (--model) {preset}")
     return get_config(preset, **(overrides or {}))
 
 
@@ -320,7 +321,8 @@ def _corpus(inputs: PretrainInputs, recipe: RecipeOptions, start, seed: int) -> 
     against what it starts from."""
     words = read_words(recipe.add_tokens) if recipe.add_tokens else []
     if words and start is None:
-        raise ValueError("add_tokens grows a checkpoint's vocabulary: give the checkpoint (--model DIR)")
+        raise ValueError("add_tokens grows a checkpoint's vocabulary: give the checkpoint (model=, --model "
+                         "DIR)")
     shards = open_shards(inputs.data)  # a directory of `lmforge corpus shard`: streamed, never loaded
     if words and shards:
         raise ValueError("add_tokens needs text files: shards are tokenized already, without the new words")

@@ -148,12 +148,14 @@ def check_sources(spec, inputs: PretrainInputs) -> None:
 
     teacher = inputs.teacher
     if spec.teacher and teacher is None:
-        raise ValueError(f"objective {spec.name!r} needs a teacher model (--teacher DIR)")
+        raise ValueError(f"objective {spec.name!r} needs a teacher model (teacher=, --teacher DIR)")
     if teacher is not None and not spec.teacher:
         takers = ", ".join(s.name for s in objectives.specs() if s.teacher)
-        raise ValueError(f"objective {spec.name!r} takes no teacher model (--teacher DIR is for {takers})")
+        raise ValueError(f"objective {spec.name!r} takes no teacher model (teacher=, --teacher DIR, is for "
+                         f"{takers})")
     if inputs.model is not None and (inputs.preset is not None or teacher is not None):
-        raise ValueError("a checkpoint to continue (--model) replaces a preset and a teacher: give one")
+        raise ValueError("a checkpoint to continue (model=, --model) replaces a preset and a teacher: give "
+                         "one")
     if teacher is not None and (inputs.preset is not None or inputs.overrides):  # as --teacher refuses them
         raise ValueError("a teacher objective builds its student from the teacher as it is: give no preset "
                          "nor model config fields with it")

@@ -97,7 +97,8 @@ def test_a_model_of_another_task_is_refused_naming_the_model():
 
     from lmforge.pipelines.rerank import Reranker
 
-    with pytest.raises(OptionsError, match="--task rerank, not 'cls'") as refused:
+    # fine-tuning's argument beside the flag (it said "fine-tuned with --task rerank" alone)
+    with pytest.raises(OptionsError, match=r"\(kind='rerank', --task rerank\), not 'cls'") as refused:
         Reranker(SimpleNamespace(kind="cls"))
     assert refused.value.field == "model"
 

@@ -74,8 +74,8 @@ class Reranker:
 
     def __init__(self, task, activation: str | None = None) -> None:
         if getattr(task, "kind", None) != "rerank":
-            raise OptionsError(f"model: a reranker needs a model fine-tuned with --task rerank, not "
-                               f"{getattr(task, 'kind', task)!r:.40}", "model")
+            raise OptionsError(f"model: a reranker needs a model fine-tuned for rerank (kind='rerank', "
+                               f"--task rerank), not {getattr(task, 'kind', task)!r:.40}", "model")
         # the task's (its folder's) unless given; checked as the task checks it, an OptionsError naming it
         self.task = task
         self.activation = checked_activation(activation or getattr(task, "activation", None), "sigmoid")

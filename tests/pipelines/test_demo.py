@@ -43,3 +43,12 @@ def test_the_from_scratch_control_is_drawn_from_the_seed_not_the_global_rng():
     b, c = demo.scratch_twin(cfg, 3).state_dict(), demo.scratch_twin(cfg, 4).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_an_earlier_run_names_the_argument_beside_the_flag(tmp_path, monkeypatch):
+    """run_demo(out) said "pass another --out", a flag the Python caller never gave: out, and the flag."""
+    (tmp_path / "out" / "pretrain").mkdir(parents=True)
+    monkeypatch.setattr(demo, "make_tokenizer", lambda *a: pytest.fail("work began before the refusal"))
+    with pytest.raises(FileExistsError, match=r"holds an earlier demo run: remove it or pass another out "
+                                              r"\(--out\)$"):
+        demo.run_demo(tmp_path / "out", cfg=demo.DemoConfig.quick())

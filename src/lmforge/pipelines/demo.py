@@ -179,7 +179,7 @@ def run_demo(out, seed: int = 0, cfg: DemoConfig | None = None, log=print) -> di
     cfg, start = cfg or DemoConfig(), time.perf_counter()
     out = check_outputs(cfg, out)
     if (out / "pretrain").exists():
-        raise FileExistsError(f"{out} holds an earlier demo run: remove it or pass another --out")
+        raise FileExistsError(f"{out} holds an earlier demo run: remove it or pass another out (--out)")
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = make_tokenizer(cfg, out, seed)
     probes = run_pretraining(cfg, tokenizer, out, seed, log)

@@ -190,7 +190,8 @@ def test_an_earlier_runs_shard_folder_is_never_read_as_text(corpus_dir, tokenize
     with pytest.warns(CorpusWarning, match="old: skipped, an lmforge shard folder"):
         again = shard_corpus([tmp_path / "c"], tokenizer_dir, tmp_path / "second", log=lambda m: None)
     assert again["totals"] == alone["totals"] and len(again["inputs"]) == 1
-    with pytest.raises(ValueError, match="old is an lmforge shard folder"):
+    with pytest.raises(ValueError, match=r"old is an lmforge shard folder, not text \(pretrain's data, "
+                                         r"--data, takes it alone\)$"):  # the argument, not the flag alone
         shard_corpus([tmp_path / "c" / "old"], tokenizer_dir, tmp_path / "third", log=lambda m: None)
 
 
@@ -251,6 +252,16 @@ def test_inputs_that_hold_no_document_are_refused_and_no_folder_is_left(tokenize
     assert main(argv) == 2
     assert (tmp_path / "t").is_dir() and not list((tmp_path / "t").iterdir())
     assert main([*argv, "--text-field", "body"]) == 0  # the advice, followed, runs
+
+
+def test_inputs_of_no_document_name_the_read_options_beside_the_flags(tokenizer_dir, tmp_path):
+    """shard_corpus said "another --text-field or --format?", flags a Python caller never gave: the
+    ReadOptions fields, text_field and format, beside them."""
+    (tmp_path / "a.jsonl").write_text('{"text": ""}\n')
+    with pytest.raises(ValueError, match=r"no document to shard .*another text_field or format, --text-field "
+                                         r"or --format\?\)$"):
+        shard_corpus([tmp_path / "a.jsonl"], tokenizer_dir, tmp_path / "s", log=lambda m: None)
+    assert not (tmp_path / "s").exists()
 
 
 def test_links_planted_in_out_are_replaced_never_written_through(corpus_dir, tokenizer_dir, tmp_path):

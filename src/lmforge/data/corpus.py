@@ -339,7 +339,8 @@ def expand_files(files) -> list:
     out = []
     for f in map(Path, files):
         if f.is_dir() and is_shard_dir(f):
-            raise ValueError(f"{f} is an lmforge shard folder, not text (pretrain --data takes it alone)")
+            raise ValueError(f"{f} is an lmforge shard folder, not text (pretrain's data, --data, takes it "
+                             "alone)")
         if f.is_dir():
             out += _walk(f)
         elif f.is_file():

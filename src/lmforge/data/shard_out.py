@@ -128,7 +128,7 @@ def check_input_sums(out: Path, recorded: list, files: list) -> None:
         want = entry.get("sha256")
         if not isinstance(want, str):
             raise ValueError(f"{out} holds shards written before their inputs' checksums were recorded: "
-                             f"whether {entry['path']} changed since cannot be told; use another --out")
+                             f"whether {entry['path']} changed since cannot be told; use another out (--out)")
         if got != want:
             raise ValueError(f"{out} holds shards of other inputs, options or tokenizer ({entry['path']} "
-                             f"changed since: its bytes, at the same size and time); use another --out")
+                             f"changed since: its bytes, at the same size and time); use another out (--out)")

@@ -286,7 +286,7 @@ def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -
                                          else i for i in recorded]}  # size and time first: no file read
         if {k: stated.get(k) for k in header} != header:
             raise ValueError(f"{out} holds shards of other inputs, options or tokenizer "
-                             f"({_changed(stated, header)}); use another --out")
+                             f"({_changed(stated, header)}); use another out (--out)")
         check_input_sums(out, recorded, files)
         return manifest
     header["inputs"] = [{**i, "sha256": s} for i, s in zip(header["inputs"], input_sums(files))]
@@ -363,7 +363,7 @@ def _refuse_empty(out: Path, manifest: dict, files: list, made: bool) -> None:
         remove_path(path)
     named = ", ".join(map(str, files[:3])) + (" ..." if len(files) > 3 else "")
     raise ValueError(f"{named}: no document to shard (the warnings say what was skipped: another "
-                     f"--text-field or --format?)")
+                     f"text_field or format, --text-field or --format?)")
 
 
 def _run(jobs: list, workers: int):

@@ -178,7 +178,7 @@ def _preset_config(preset, overrides: dict | None):
                          "(teacher=, --teacher DIR)")
     if model_dir(preset) is not None:  # a trained model is not an architecture to start afresh
         raise ValueError(f"{preset} is a model directory, not a preset: continue pretraining it with "
-                         f"model= (--model) {preset}")
+                         f"model='{preset}' (--model {preset})")
     return get_config(preset, **(overrides or {}))
 
 

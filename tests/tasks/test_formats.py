@@ -235,7 +235,7 @@ def test_squad_json_is_not_read_as_conll(tmp_path, indent):
      r"\(columns, --columns, maps fields to columns\)$"),  # read_task_file's argument, and the flag
     ("c.jsonl", '{"text": "x", "choices": "ab", "label": 0}\n', "choice",
      r"c.jsonl:1: choices \(column 'choices'\) must be a non-empty list; in CSV/TSV name the columns: "
-     r"columns \(--columns\) choices=ending0"),
+     r"columns='choices=ending0\+ending1\+\.\.\.' \(--columns choices=ending0\+ending1\+\.\.\.\)$"),
 ])
 def test_files_without_the_fields_the_task_needs_are_refused(tmp_path, name, text, kind, message):
     with pytest.raises(ValueError, match=message):

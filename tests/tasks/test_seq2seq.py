@@ -71,8 +71,9 @@ def test_files_read_source_and_target_with_a_column_mapping(tmp_path):
     (tmp_path / "u.jsonl").write_text('{"source": "red blue"}\n')
     assert read_task_file(tmp_path / "u.jsonl", "seq2seq", labelled=False) == [
         {"source": "red blue", "target": None, "line": 1}]
+    # the mapping beside each door's name for it ("columns (--columns) target=NAME" parted them)
     with pytest.raises(ValueError, match=r"u.jsonl:1: no column 'target' \(for target\).*map one with "
-                                         r"columns \(--columns\) target=NAME$"):  # the argument, the flag
+                                         r"columns='target=NAME' \(--columns target=NAME\)$"):
         read_task_file(tmp_path / "u.jsonl", "seq2seq")
 
 
@@ -306,8 +307,8 @@ def test_transformer_preset_trains_from_scratch_through_the_cli(tmp_path, capsys
 
 @pytest.mark.parametrize("text, message", [
     ("source,summary\nred blue,blue red\n", "train.csv:2: no column 'target' (for target); the record has "
-                                            "'source', 'summary'; map one with columns (--columns) "
-                                            "target=NAME"),
+                                            "'source', 'summary'; map one with columns='target=NAME' "
+                                            "(--columns target=NAME)"),
     ("source,target\nred blue, \n", "train.csv:2: empty target (column 'target')"),
 ])
 def test_bad_files_exit_2_with_one_line(tmp_path, capsys, text, message):

@@ -181,7 +181,8 @@ def _field(where: str, row: dict, field: str, column: str, optional: bool = Fals
         if not hint:  # Python's record: its fields are named as they are, no columns to map
             raise OptionsError(f"{where}: no field {field!r}; the record has {', '.join(map(repr, row))}")
         raise OptionsError(f"{where}: no column {column!r} (for {field}); the record has "
-                            f"{', '.join(map(repr, row))}; map one with columns (--columns) {field}=NAME")
+                            f"{', '.join(map(repr, row))}; map one with columns='{field}=NAME' (--columns "
+                            f"{field}=NAME)")
     value = row[column]
     if optional and absent(value):
         return None
@@ -302,7 +303,9 @@ def _choices(where: str, row: dict, column: str, hint: bool) -> list:
         return [_text(where, "choices", c, _field(where, row, "choices", c)) for c in column.split("+")]
     value = _field(where, row, "choices", column, hint=hint)
     if not isinstance(value, list) or not value:
-        how = "; in CSV/TSV name the columns: columns (--columns) choices=ending0+ending1+..." if hint else ""
+        # the mapping beside its name on each door ("columns (--columns) choices=..." parted them)
+        how = ("; in CSV/TSV name the columns: columns='choices=ending0+ending1+...' (--columns "
+               "choices=ending0+ending1+...)") if hint else ""
         raise OptionsError(f"{where}: choices (column {column!r}) must be a non-empty list{how}")
     choices = [_text(where, f"choices[{k}]", column, c) for k, c in enumerate(value)]
     if any(blank(c) for c in choices):  # a choice of nothing to read, refused as a blank text is

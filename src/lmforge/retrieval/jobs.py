@@ -174,8 +174,8 @@ def _search(path: Path, parts: set, queries: list, k: int, options: QueryOptions
     if options.method == "bm25":
         return BM25Index.load(path / "bm25").search(queries, k)
     if "dense" not in parts:
-        raise OptionsError(f"{path}: no dense index (build it with model= (--model), or query with "
-                           f"method='bm25' (--method bm25))", "method")
+        raise OptionsError(f"{path}: no dense index: build it with an encoder (model=, --model), or query "
+                           f"with method='bm25' (--method bm25)", "method")
     index = DenseIndex.load(path / "dense")
     name = model or index.manifest.get("model") or ""
     # queries embedded as the passages were (pooling, max_length given at build time, not the folder's own)

@@ -58,6 +58,28 @@ def test_bad_layer_selections_name_the_field_from_python_and_the_flag_on_the_com
     assert str(cli.value).startswith(f"--layers {spec!r}") and "layers" not in str(cli.value)[8:]
 
 
+def test_a_selection_too_long_is_said_once_on_the_command_line_as_features_text_says_it():
+    """feature_layers (probe, features --data) said "--layers '<4097 characters>': layers has 4097
+    characters, ...": the value echoed whole and the field named after the flag; features --text says
+    "--layers has 4097 characters, ..." (named_once), and so does it now."""
+    from types import SimpleNamespace
+
+    from lmforge.analysis.feature_options import MAX_SPEC_CHARS
+    from lmforge.cli.analysis import feature_layers
+    from lmforge.cli.analysis_probe import feature_options
+    from lmforge.cli.common import UsageError
+
+    spec = "0" * (MAX_SPEC_CHARS + 1)
+    with pytest.raises(UsageError) as data:
+        feature_layers(spec, lmforge.build(lmforge.tiny("bert-base", n_layers=3)))
+    args = SimpleNamespace(layers=spec, mix_weights=None, mix_gamma=None, pooling=None, max_len=None,
+                           truncate=False, text=["a b"])
+    with pytest.raises(UsageError) as text:
+        feature_options(args)
+    assert str(data.value) == f"--layers has {MAX_SPEC_CHARS + 1} characters, more than {MAX_SPEC_CHARS}"
+    assert str(text.value) == str(data.value)
+
+
 def test_a_bad_pooling_or_layers_of_word_features_names_the_field():
     """word_features(pooling="max") said "--pooling 'max' ..." and a bad layers "--layers ...": the fields."""
     from lmforge.config.options import OptionsError

@@ -30,15 +30,15 @@ def feature_layers(text: str | None, model) -> list:
     """--layers of `probe` and `features --data` -> the hidden states it selects (features.parse_layers); a
     bad one is a UsageError naming the flag once, where the library's OptionsError names the field."""
     from lmforge.analysis.features import parse_layers
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import UsageError, named_once
     from lmforge.config.options import OptionsError
 
     try:
         return parse_layers(text, model.config.n_layers + 1)
-    except OptionsError as err:  # "layers '5': outside ..." names the selection already; else it is added
-        said = str(err)
-        raise UsageError(f"--{said}" if said.startswith("layers '") else
-                         f"--layers {text!r}: {said.removeprefix('layers: ')}") from None
+    except OptionsError as err:
+        if str(err).startswith("layers: "):  # a part refused ("'x' is not a layer index"): with the whole
+            raise UsageError(f"--layers {text!r}: {str(err).removeprefix('layers: ')}") from None
+        raise named_once(err, "--layers") from None  # "layers '5': ...", "layers has N characters": as --text
 
 
 def _heads(text: str | None):

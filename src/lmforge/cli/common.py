@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from lmforge.cli.flag_types import as_typed, bounded, integer
-from lmforge.config import ConfigError, ModelConfig
+from lmforge.config import ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS, TrainConfig, check_ranks
@@ -235,19 +235,12 @@ def resolve_config(name: str, overrides: dict) -> ModelConfig:
 def config_of_file(path: Path, overrides: dict) -> ModelConfig:
     """The ModelConfig a JSON file holds, with overrides: its fields, or a model directory's config.json as
     lmforge writes it ({"format": "lmforge", "config": {...}}) or as Hugging Face does (its model_type)."""
+    from lmforge.io import meta_config
     from lmforge.io.native import FORMAT, read_json_object
 
     data = read_json_object(path)
-    if data.get("format") == FORMAT and isinstance(data.get("config"), dict):
-        return ModelConfig.from_dict({**data["config"], **overrides})
-    if "model_type" in data:  # read as lmforge.load reads its directory (but weights: it counts, not loads)
-        from lmforge.convert.hf import forced_tokens, hf_model_config
-
-        try:
-            _, cfg = hf_model_config({**data, **forced_tokens(path.parent)})
-        except ConfigError as err:
-            raise ConfigError(f"{path}: {err}", err.field) from None
-        return cfg.replace(**overrides)
+    if data.get("format") == FORMAT or "model_type" in data:  # as lmforge.load reads it, weights unread
+        return meta_config(data, path.parent, path).replace(**overrides)  # the file's faults name it
     return ModelConfig.from_dict({**data, **overrides})
 
 

@@ -12,10 +12,12 @@ from typing import Callable
 
 from lmforge import elmo as _elmo
 from lmforge import model as _model
+from lmforge.config import ModelConfig
 from lmforge.config.options import OptionsError
 from lmforge.io.files import CheckpointError, load_state_strict, load_weights, save_tensors
 from lmforge.io.labels import HeadLabels, attach, labels_to_write
-from lmforge.io.native import CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, read_meta, save_native
+from lmforge.io.native import (CONFIG_FILE, FORMAT, WEIGHTS_FILE, load_native, native_config, read_meta,
+                               save_native)
 from lmforge.io.resolve import MODEL_PACKAGES, find_model_dir, find_tokenizer, model_dir
 from lmforge.model import Transformer
 from lmforge.utils.atomic import UnsafePath, file_kind, writable_folder, writes_over
@@ -23,6 +25,8 @@ from lmforge.utils.atomic import UnsafePath, file_kind, writable_folder, writes_
 # format name -> (detect(meta) -> bool, read(path, meta) -> model, write(model, path, labels) -> path), labels
 # a HeadLabels (io/labels.py) or None
 FOREIGN: dict = {}
+# format name -> config(folder, meta, file) -> ModelConfig: its config alone, no weight read (folder_config)
+FOREIGN_CONFIGS: dict = {}
 # readers of a directory's side files onto its loaded model, fn(model, path), and their writers back beside
 # a saved one: the generation settings it recommends (lmforge.generate registers both, so io never imports
 # the jobs that build on it)
@@ -30,10 +34,14 @@ SIDE_READERS: list = []
 SIDE_WRITERS: list = []
 
 
-def register_format(name: str, detect: Callable, read: Callable, write: Callable) -> None:
+def register_format(name: str, detect: Callable, read: Callable, write: Callable,
+                    config: Callable | None = None) -> None:
     """Add a foreign checkpoint format (detected from a directory's config.json): detect(meta) -> bool,
-    read(path, meta) -> model, write(model, path, labels) -> path (labels: a HeadLabels or None)."""
+    read(path, meta) -> model, write(model, path, labels) -> path (labels: a HeadLabels or None), and
+    config(folder, meta, file) -> ModelConfig, its config without the weights (folder_config)."""
     FOREIGN[name] = (detect, read, write)
+    if config is not None:
+        FOREIGN_CONFIGS[name] = config
 
 
 def register_side_files(read: Callable, write: Callable | None = None) -> None:
@@ -115,6 +123,30 @@ def refuse_special_files(path: Path) -> None:
                                   f"directory")
 
 
+def folder_config(path: str | os.PathLike) -> ModelConfig:
+    """The ModelConfig of model directory `path` (lmforge's or a registered format) from its config.json
+    alone, no weight read, as `load` builds it: what load refuses first (a FIFO, a missing or foreign
+    config.json) and a config it cannot build are CheckpointErrors naming the file."""
+    path = Path(path)
+    refuse_special_files(path)  # as load does first: a FIFO generation_config.json would block the read
+    return meta_config(read_meta(path), path)
+
+
+def meta_config(meta: dict, folder: Path, file: Path | None = None) -> ModelConfig:
+    """The ModelConfig of config.json's mapping `meta`, in its format, no weight read: `file` (folder's
+    config.json unless given) is the file errors name, `folder` where side files are read (Hugging Face's
+    generation_config.json); a CheckpointError where it is none of a known format or builds no config."""
+    file = Path(folder) / CONFIG_FILE if file is None else file
+    if meta.get("format") == FORMAT:
+        return native_config(file, meta)
+    for name, (detect, _, _) in FOREIGN.items():
+        if detect(meta):
+            if name not in FOREIGN_CONFIGS:  # registered without config=: its weights are the way in
+                raise CheckpointError(f"{file}: format {name!r} has no reader of its config alone")
+            return FOREIGN_CONFIGS[name](Path(folder), meta, file)
+    raise _unknown_format(file)
+
+
 def _read(path: Path, meta: dict) -> Transformer:
     """The model of directory `path` whose config.json is `meta`, in its format."""
     if meta.get("format") == FORMAT:
@@ -122,15 +154,20 @@ def _read(path: Path, meta: dict) -> Transformer:
     for detect, read, _ in FOREIGN.values():
         if detect(meta):
             return read(path, meta)
-    raise CheckpointError(f"{path} is neither an lmforge model directory ({CONFIG_FILE} has no "
-                          f"\"format\": \"{FORMAT}\") nor one of a known format "
-                          f"({', '.join(FOREIGN) or 'none'})")
+    raise _unknown_format(path)
+
+
+def _unknown_format(where: Path) -> CheckpointError:
+    """The error for a config.json (of the folder or file `where`) of no format lmforge reads."""
+    return CheckpointError(f"{where} is neither an lmforge model directory ({CONFIG_FILE} has no "
+                           f"\"format\": \"{FORMAT}\") nor one of a known format "
+                           f"({', '.join(FOREIGN) or 'none'})")
 
 
 _model.register_saver(save)  # model.save(...) without the model importing io
 _elmo.register_saver(save)  # and ELMo.save, the biLSTM class beside it
 
-__all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FORMAT", "HeadLabels", "MODEL_PACKAGES",
-           "WEIGHTS_FILE", "find_model_dir", "find_tokenizer", "load", "load_state_strict", "load_weights",
-           "model_dir", "refuse_special_files", "register_format", "register_side_files", "save",
-           "save_tensors"]
+__all__ = ["CONFIG_FILE", "CheckpointError", "FOREIGN", "FOREIGN_CONFIGS", "FORMAT", "HeadLabels",
+           "MODEL_PACKAGES", "WEIGHTS_FILE", "find_model_dir", "find_tokenizer", "folder_config", "load",
+           "load_state_strict", "load_weights", "meta_config", "model_dir", "refuse_special_files",
+           "register_format", "register_side_files", "save", "save_tensors"]

@@ -77,16 +77,22 @@ def _as_meant(config: dict) -> dict:
         else config
 
 
-def load_native(path: Path, meta: dict) -> Transformer:
-    """Build the model config.json describes and load its weights strictly."""
+def native_config(file: Path, meta: dict) -> ModelConfig:
+    """The ModelConfig of lmforge's config.json mapping `meta` (read from `file`), as a load builds it; a
+    CheckpointError naming `file` where its "config" is no valid one."""
     config = meta.get("config", {})
     if not isinstance(config, dict):
-        raise CheckpointError(f"{path / CONFIG_FILE}: field \"config\" must be a mapping of config fields, "
+        raise CheckpointError(f"{file}: field \"config\" must be a mapping of config fields, "
                               f"got {type(config).__name__} {config!r:.40}")
     try:
-        cfg = ModelConfig.from_dict(_as_meant(config))
+        return ModelConfig.from_dict(_as_meant(config))
     except (ConfigError, TypeError) as err:
-        raise CheckpointError(f"{path / CONFIG_FILE}: {err}") from None
+        raise CheckpointError(f"{file}: {err}") from None
+
+
+def load_native(path: Path, meta: dict) -> Transformer:
+    """Build the model config.json describes and load its weights strictly."""
+    cfg = native_config(path / CONFIG_FILE, meta)
     model = from_config(cfg, init=False)
     for name, head in _heads(path / CONFIG_FILE, model, meta.get("heads", {})).items():
         try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Optional
 
 import torch
@@ -94,20 +93,13 @@ def check_copyable(cfg) -> None:
 
 
 def teacher_config(path):
-    """The ModelConfig of model folder `path` from its config.json alone, no weight read (lmforge's format or
-    a Hugging Face one, as lmforge.load reads them); None where it reads as neither: the loader says why."""
-    from lmforge.config import ModelConfig
-    from lmforge.convert.hf import forced_tokens, hf_model_config
-    from lmforge.io import refuse_special_files
-    from lmforge.io.native import FORMAT, read_meta
+    """The ModelConfig of model folder `path` from its config.json alone, no weight read (lmforge.io's
+    folder_config, as lmforge.load reads it); None where it reads as neither: the loader says why."""
+    from lmforge.io import folder_config
 
     try:
-        refuse_special_files(Path(path))  # as load does first: a FIFO generation_config.json would block
-        meta = read_meta(Path(path))
-        if meta.get("format") == FORMAT:
-            return ModelConfig.from_dict(meta.get("config"))
-        return hf_model_config({**meta, **forced_tokens(Path(path))})[1]
-    except (ValueError, TypeError, AttributeError, KeyError):  # CheckpointError and ConfigError among them
+        return folder_config(path)
+    except (ValueError, TypeError, AttributeError, KeyError):  # CheckpointError among them: load names it
         return None
 
 

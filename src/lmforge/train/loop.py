@@ -294,9 +294,11 @@ class Trainer:
         return held_out_metrics(self.module, self.eval_set, self.device, self._autocast)
 
     def run_evaluator(self) -> dict:
-        """The evaluator's metrics now (every rank calls it), FSDP's root weights gathered (root_gathered)."""
+        """The evaluator's metrics now (every rank calls it), FSDP's root weights gathered (root_gathered), as
+        rank 0 found them on every rank: an evaluator saying "stop" on one rank alone would part the ranks."""
         with dist.root_gathered(self.module):
-            return dict(self.evaluator(self))
+            found = dict(self.evaluator(self))
+        return dist.from_root(found)
 
     def write_model(self, write) -> None:
         """write(state) on rank 0, `state` the whole weights (dist.model_state: every rank calls this)."""

@@ -4,12 +4,12 @@ files) it refuses too, without waiting on it. teacher_config and the command lin
 through it."""
 import json
 import os
-import signal
 
 import pytest
 
 import lmforge
 from lmforge.io import CheckpointError, folder_config
+from tests.fifo import hf_folder_with_fifo, not_waiting
 
 SHAPE = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_seq_len": 64, "vocab_size": 100}
 
@@ -52,21 +52,7 @@ def test_a_config_that_builds_no_model_is_a_checkpoint_error_naming_the_file(tmp
 def test_a_fifo_in_the_folder_is_refused_naming_it_not_waited_on(tmp_path):
     """A FIFO generation_config.json blocks its reader forever: refused first, as load refuses it (an alarm
     ends the wait, failing the test)."""
-    folder = tmp_path / "t"
-    lmforge.build("bert-base", **SHAPE).save(folder, format="hf")
-    os.mkfifo(folder / "generation_config.json")
-    waited = []
-
-    def alarm(*args):
-        waited.append(True)
-        raise TimeoutError("waited on the FIFO")
-
-    before = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(5)
-    try:
-        with pytest.raises(CheckpointError, match=r"generation_config.json is not a regular file \(a named"):
-            folder_config(folder)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, before)
-    assert waited == []
+    folder = hf_folder_with_fifo(tmp_path / "t", **SHAPE)
+    with not_waiting(), pytest.raises(CheckpointError,
+                                      match=r"generation_config.json is not a regular file \(a named"):
+        folder_config(folder)

@@ -10,6 +10,7 @@ import lmforge.train.pretrain as recipe
 from lmforge.cli import main
 from lmforge.config import OptionsError
 from lmforge.train import TrainConfig
+from tests.fifo import hf_folder_with_fifo, not_waiting
 
 SHAPE = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_seq_len": 64, "vocab_size": 100}
 SHARED = "student_from_teacher takes an encoder or decoder with one block per layer"
@@ -70,27 +71,11 @@ def test_the_command_refuses_an_albert_teacher_in_one_line(saved, tmp_path, caps
 def test_a_fifo_in_a_hugging_face_teacher_folder_is_refused_naming_it_not_waited_on(tmp_path):
     """teacher_config read a Hugging Face folder's generation_config.json before load's refusal of what is
     not a regular file: a FIFO there blocked the run forever (an alarm ends the wait, failing the test)."""
-    import os
-    import signal
-
     from lmforge.io import CheckpointError
 
-    teacher = tmp_path / "t"
-    lmforge.build("bert-base", **SHAPE).save(teacher, format="hf")
-    os.mkfifo(teacher / "generation_config.json")
-    waited = []
-
-    def alarm(*args):
-        waited.append(True)
-        raise TimeoutError("waited on the FIFO")
-
-    before = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(5)
-    try:
-        with pytest.raises(CheckpointError, match=r"generation_config.json is not a regular file \(a named"):
-            recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=str(teacher),
-                            log=lambda line: None)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, before)
-    assert waited == [] and not (tmp_path / "o").exists()
+    teacher = hf_folder_with_fifo(tmp_path / "t", **SHAPE)
+    with not_waiting(), pytest.raises(CheckpointError,
+                                      match=r"generation_config.json is not a regular file \(a named"):
+        recipe.pretrain("distillation", tmp_path / "o", TrainConfig(steps=1), teacher=str(teacher),
+                        log=lambda line: None)
+    assert not (tmp_path / "o").exists()  # a wait on the FIFO fails above, as a TimeoutError

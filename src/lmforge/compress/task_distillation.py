@@ -149,8 +149,7 @@ class TaskDistillation(Objective):
     def __init__(self, student, teacher, cfg: DistillConfig) -> None:
         super().__init__(student.model, student.pad_id)
         for role, task in (("teacher", teacher), ("student", student)):
-            if task.kind not in KINDS or task.model.config.architecture != "encoder":
-                raise ValueError(f"the {role} must be an encoder fine-tuned for {' or '.join(KINDS)}")
+            fine_tuned_encoder(task.kind, role)(task.model.config)
         if student.labels != teacher.labels:
             raise ValueError(f"the student's labels {student.labels} differ from the teacher's "
                              f"{teacher.labels}")
@@ -206,12 +205,12 @@ class TaskDistillation(Objective):
         return self.student.finish()
 
 
-def fine_tuned_encoder(kind: str | None):
-    """The rule (refuse_teacher's) of a teacher fine-tuned for `kind`: an encoder fine-tuned for one of KINDS,
-    before a student is cut from its layers or taught by it."""
+def fine_tuned_encoder(kind: str | None, role: str = "teacher"):
+    """The rule (refuse_teacher's) of a `role` (teacher or student) fine-tuned for `kind`: an encoder
+    fine-tuned for one of KINDS, before a student is cut from its layers or taught by it."""
     def rule(cfg) -> None:
         if kind not in KINDS or cfg.architecture != "encoder":
-            raise ValueError(f"{cfg.architecture} fine-tuned for {kind}; the teacher must be an encoder "
+            raise ValueError(f"{cfg.architecture} fine-tuned for {kind}; the {role} must be an encoder "
                              f"fine-tuned for {' or '.join(KINDS)}")
     return rule
 

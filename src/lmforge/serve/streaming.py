@@ -69,8 +69,9 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     fields = {name: getattr(body, name) for name in (*DECODING, "temperature") if name in given}
     if given & {"max_new_tokens", "max_tokens"}:
         fields["max_new_tokens"] = max_new_tokens
-    return Settings(fields, defaults or {}, body.seed, tuple(stops), body.stream, new_tokens, unsampled_seed,
-                    body.prefix_lm)
+    return Settings(given=fields, defaults=defaults or {}, seed=body.seed, stop=tuple(stops),
+                    stream=body.stream, new_tokens=new_tokens, unsampled_seed=unsampled_seed,
+                    prefix_lm=body.prefix_lm)
 
 
 def completion_defaults(served) -> dict:

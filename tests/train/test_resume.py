@@ -1,6 +1,7 @@
 """Resuming: checksummed checkpoints, a refusal when none is usable or the run differs, and which
 options a resumed run keeps."""
 import json
+import shutil
 
 import pytest
 import torch
@@ -12,10 +13,18 @@ from lmforge.train.log import read_metrics
 from tests.train.helpers import clm_objective, interrupt_after, mlm_objective, quick, toy_data
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 4-step run with checkpoints at steps 2 and 4, trained once for the module."""
+    out = tmp_path_factory.mktemp("finished")
+    Trainer(mlm_objective(), toy_data(), quick(steps=4, save_every=2, keep_last=3), out).fit()
+    return out
+
+
 @pytest.fixture
-def run(tmp_path):
-    """A finished 4-step run with checkpoints at steps 2 and 4."""
-    Trainer(mlm_objective(), toy_data(), quick(steps=4, save_every=2, keep_last=3), tmp_path).fit()
+def run(finished, tmp_path):
+    """A copy of the finished run (its files hold no path of their own) for a test to damage or extend."""
+    shutil.copytree(finished, tmp_path, dirs_exist_ok=True)
     return tmp_path
 
 
@@ -68,8 +77,6 @@ def test_resume_of_another_model_or_objective_names_what_differs(run):
 
 
 def test_schedule_options_are_kept_from_the_run_and_said_so(run):
-    import shutil
-
     shutil.rmtree(run / "checkpoints" / "step-0000004")  # killed after step 2: steps 3 and 4 are redone
     messages = []
     changed = quick(steps=4, lr=5e-2, batch_size=2, log_every=3, keep_last=1)

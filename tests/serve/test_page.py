@@ -4,7 +4,9 @@ options, features (tokens, offsets, shape), reranking (order, scores, truncation
 route and model offered by its capability, and refusals shown with the field or limit they name."""
 from __future__ import annotations
 
+import base64
 import html
+import io
 import json
 import re
 from urllib.parse import quote
@@ -18,7 +20,7 @@ import lmforge
 from lmforge.pipelines.embed import SentenceEncoder
 from lmforge.tasks.finetune import TaskConfig, make_task, save_model
 from tests import requires
-from tests.browser import Pipe, run_once
+from tests.browser import Pipe
 from tests.serve.conftest import _save, _tiny, _tokenizer, start_server
 
 pytestmark = requires.chromium
@@ -81,11 +83,13 @@ def opened(browser, url: str) -> None:
     browser.wait_for("document.getElementById('models').textContent")
 
 
-def test_page_runs_an_embedding_request_and_shows_the_answer(server, model_dirs, tmp_path):
+def test_page_runs_an_embedding_request_and_shows_the_answer(server, model_dirs, browser):
     text = "the quick dog sat near the river"
-    # virtual time stops while the page's fetch is in flight, so the DOM is dumped after the answer came
-    url = f"{server.url}/#route=embed&model=enc&text={text.replace(' ', '%20')}"
-    dom = run_once(tmp_path / "profile", url, "--virtual-time-budget=15000", "--dump-dom")
+    # the page as a tab of the module's Chromium (a one-shot --dump-dom run started one of its own): the
+    # document once the page's own script has shown the answer
+    browser.open(f"{server.url}/#route=embed&model=enc&text={text.replace(' ', '%20')}")
+    browser.wait_for(ANSWERED)
+    dom = browser.wait_for("document.documentElement.outerHTML")
     match = re.search(r'<pre id="result" data-state="(\w+)">(.*?)</pre>', dom, re.DOTALL)
     assert match and match.group(1) == "done", dom[-2000:]
     answer = json.loads(html.unescape(match.group(2)))
@@ -107,11 +111,13 @@ def test_page_streams_a_generation(server, browser):
 @pytest.mark.parametrize("asked", ["route=predict&model=cls&text=the%20cat%20sat",
                                    pytest.param("route=features&model=enc&text=the%20cat%20sat&layers=0,-1",
                                                 marks=pytest.mark.slow)])
-def test_page_renders_not_blank(server, tmp_path, asked):
-    shot = tmp_path / "page.png"
-    run_once(tmp_path / "profile", f"{server.url}/#{asked}",
-             "--virtual-time-budget=15000", "--window-size=1280,860", f"--screenshot={shot}")
-    pixels = imread(shot)[..., :3]
+def test_page_renders_not_blank(server, browser, asked):
+    browser.open(f"{server.url}/#{asked}")
+    browser.call("Emulation.setDeviceMetricsOverride",
+                 {"width": 1280, "height": 860, "deviceScaleFactor": 1, "mobile": False})
+    assert browser.wait_for(ANSWERED) == "done"  # the answer is in the panel before the shot is taken
+    shot = browser.call("Page.captureScreenshot", {"format": "png"})["result"]["data"]
+    pixels = imread(io.BytesIO(base64.b64decode(shot)), format="png")[..., :3]
     assert pixels.shape[:2] == (860, 1280)
     colours = np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)
     assert len(colours) > 50 and pixels.std() > 0.1  # text, panels, a header: not one flat colour
@@ -134,8 +140,10 @@ def test_page_shows_the_attention_view_which_runs_in_the_browser(server, browser
     assert result["errors"] == [] and len(result["steps"]) > 5
 
 
-def test_the_offline_api_reference_lists_every_route_with_its_fields(server, tmp_path):
-    dom = run_once(tmp_path / "profile", f"{server.url}/docs", "--virtual-time-budget=10000", "--dump-dom")
+def test_the_offline_api_reference_lists_every_route_with_its_fields(server, browser):
+    browser.open(f"{server.url}/docs")
+    dom = browser.wait_for("(() => { const d = document.documentElement.outerHTML; "
+                           "return d.includes('data-state=\"done\"') && d; })()")
     assert 'data-state="done"' in dom, dom[-2000:]
     for route in ("/v1/embeddings", "/embed", "/features", "/rerank", "/v1/rerank", "/predict", "/fill_mask",
                   "/generate", "/v1/completions", "/attention", "/tokenize", "/health", "/info", "/v1/models",

@@ -87,12 +87,16 @@ def test_concurrent_predictions_equal_the_library_on_one_record(server, model_di
     answers = iter(asyncio.run(_post_all(server.url, calls)))
     for name, records in cases.items():
         task = _offline_task(model_dirs[name])
-        for record in records:
+        # the library's own predictions, one example a batch: each record as it is predicted alone (one
+        # load of the model, not one a record)
+        evaluate(model_dirs[name], records, out=tmp_path / "p.jsonl", batch_size=1)
+        lines = (tmp_path / "p.jsonl").read_text().splitlines()
+        predicted = [json.loads(line)["prediction"] for line in lines]
+        assert len(predicted) == len(records)
+        for record, expected in zip(records, predicted):
             answer = next(answers)
             assert answer.status_code == 200, answer.text
             (got,) = answer.json()["predictions"]
-            evaluate(model_dirs[name], [record], out=tmp_path / "p.jsonl")  # the library's own prediction
-            expected = json.loads((tmp_path / "p.jsonl").read_text())["prediction"]
             if name == "cls":
                 examples = task.encode_all([record])
                 probs = task.outputs(examples)[0]

@@ -121,10 +121,12 @@ def start_server(model_dirs: dict, names: tuple, log: Path, *options: str, wait:
 
 @pytest.fixture(scope="session")
 def server(model_dirs, tmp_path_factory):
-    """The main server: every test model, a small batch budget so that requests are split and batched."""
+    """The main server: every test model, a small batch budget so that requests are split and batched; the
+    default body and cost limits otherwise, and its log at info (test_hardening reads its cancellations)."""
     served = start_server(model_dirs, ("enc", "gen", "t5", "cls", "tag", "qa"),
                           tmp_path_factory.mktemp("logs") / "main.log", "--max-batch-tokens", "256",
-                          "--max-batch-items", "16", "--batch-wait-ms", "5", "--max-new-tokens", "2000")
+                          "--max-batch-items", "16", "--batch-wait-ms", "5", "--max-new-tokens", "2000",
+                          "--log-level", "info")
     yield served
     served.stop()
 

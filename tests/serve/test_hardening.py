@@ -11,19 +11,16 @@ import time
 import httpx
 import pytest
 
-from tests.serve.conftest import start_server
 
 GB = 1 << 30
 BIG_TEXT = "the quick fox " * 280_000  # ~3.9 MB: under the default 4 MB body limit
 
 
-@pytest.fixture(scope="module")
-def hard(model_dirs, tmp_path_factory):
-    """One server with the default limits (4 MB bodies) for this module; its log at info (cancellations)."""
-    served = start_server(model_dirs, ("enc", "gen"), tmp_path_factory.mktemp("logs") / "hard.log",
-                          "--log-level", "info")
-    yield served
-    served.stop()
+@pytest.fixture
+def hard(server):
+    """The session's main server (tests/serve/conftest.py): the default body limit (4 MB) and cost limits
+    (its --max-new-tokens of 2000 still refuses 10**9), its log at info (cancellations)."""
+    return server
 
 
 def _kib(pid: int, field: str) -> int:

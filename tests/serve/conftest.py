@@ -144,6 +144,29 @@ def tight(model_dirs, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def ranked_dirs(tmp_path_factory) -> dict:
+    """name -> directory: a reranker (rr: a cross-encoder of max_len 24) and a plain encoder (plain: no
+    rerank head), for test_rerank and test_page."""
+    root = tmp_path_factory.mktemp("rerank-models")
+    tokenizer = _tokenizer("bert")
+    model = _tiny("bert-base", tokenizer, 7, max_seq_len=128)
+    torch.manual_seed(7)
+    task = make_task("rerank", model, tokenizer, [], TaskConfig(max_len=24))
+    return {"rr": save_model(task, root / "rr"),
+            "plain": _save(_tiny("bert-base", tokenizer, 8, max_seq_len=128), tokenizer, root / "plain")}
+
+
+@pytest.fixture(scope="session")
+def ranked(ranked_dirs, tmp_path_factory):
+    """A server of the reranker and the plain encoder: at most 8 documents and 170 tokens a request, 3
+    items a batch (so that a request's documents are split into jobs and batched)."""
+    served = start_server(ranked_dirs, ("rr", "plain"), tmp_path_factory.mktemp("logs") / "rerank.log",
+                          "--max-documents", "8", "--max-batch-items", "3", "--max-request-tokens", "170")
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="session")
 def local(model_dirs):
     """A TestClient of the app in this process on the MLM encoder and the decoder (one worker): for what a
     test changes inside the server (monkeypatch) or reads from its state."""

@@ -18,10 +18,8 @@ from matplotlib.image import imread
 
 import lmforge
 from lmforge.pipelines.embed import SentenceEncoder
-from lmforge.tasks.finetune import TaskConfig, make_task, save_model
 from tests import requires
 from tests.browser import Pipe
-from tests.serve.conftest import _save, _tiny, _tokenizer, start_server
 
 pytestmark = requires.chromium
 RESULT = ("(() => { const r = document.getElementById('result'); "
@@ -33,20 +31,12 @@ LONG = " ".join(["the old fox near the river"] * 20)  # past the reranker's max_
 DOCUMENTS = ["the small cat sat on the mat today", "a dog", LONG, "the red bird sat on the hill"]
 
 
-@pytest.fixture(scope="module")
-def ranked(tmp_path_factory):
-    """A server with a reranker (rr, as tests/serve/test_rerank.py builds it) and a plain encoder (plain:
-    no rerank), at most 4 documents a request; (server, model directories)."""
-    root = tmp_path_factory.mktemp("page-rerank")
-    tokenizer = _tokenizer("bert")
-    model = _tiny("bert-base", tokenizer, 7, max_seq_len=128)
-    torch.manual_seed(7)
-    task = make_task("rerank", model, tokenizer, [], TaskConfig(max_len=24))
-    dirs = {"rr": save_model(task, root / "rr"),
-            "plain": _save(_tiny("bert-base", tokenizer, 8, max_seq_len=128), tokenizer, root / "plain")}
-    served = start_server(dirs, ("rr", "plain"), root / "serve.log", "--max-documents", "4")
-    yield served, dirs
-    served.stop()
+@pytest.fixture
+def reranking(ranked, ranked_dirs):
+    """The session's server of a reranker (rr, as tests/serve/test_rerank.py reads it) and a plain encoder
+    (plain: no rerank), at most 8 documents a request (tests/serve/conftest.py); (server, model
+    directories)."""
+    return ranked, ranked_dirs
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +142,8 @@ def test_the_offline_api_reference_lists_every_route_with_its_fields(server, bro
     assert "Query parameters" in dom and ">text_pair<" in dom and ">encoding_format<" in dom
 
 
-def test_page_offers_routes_and_models_by_capability(ranked, browser):
-    served, _ = ranked
+def test_page_offers_routes_and_models_by_capability(reranking, browser):
+    served, _ = reranking
     show = ("(() => {{ const r = document.getElementById('route'); r.value = '{}'; "
             "r.dispatchEvent(new Event('change')); return JSON.stringify({{"
             "models: [...document.getElementById('model').options].map(o => o.value), "
@@ -171,8 +161,8 @@ def test_page_offers_routes_and_models_by_capability(ranked, browser):
     assert seen["tokenize"]["shown"] == seen["health"]["shown"] == []
 
 
-def test_page_reranks_showing_order_scores_and_truncation(ranked, browser):
-    served, dirs = ranked
+def test_page_reranks_showing_order_scores_and_truncation(reranking, browser):
+    served, dirs = reranking
     offline = lmforge.rerank(dirs["rr"], QUERY, DOCUMENTS)
     opened(browser, served.url + "/")
     state, status, answer, kind = ask(browser, route="rerank", model="rr", query=QUERY,
@@ -195,10 +185,10 @@ def test_page_reranks_showing_order_scores_and_truncation(ranked, browser):
 
 
 @pytest.mark.slow  # the default suite keeps one page test per route
-def test_page_shows_rerank_refusals_naming_the_limit_or_field(ranked, browser):
-    served, _ = ranked
+def test_page_shows_rerank_refusals_naming_the_limit_or_field(reranking, browser):
+    served, _ = reranking
     opened(browser, served.url + "/")
-    too_many = ask(browser, route="rerank", query=QUERY, text="\n".join(DOCUMENTS + ["one more"]))
+    too_many = ask(browser, route="rerank", query=QUERY, text="\n".join(DOCUMENTS + ["one more"] * 5))
     box = browser.wait_for("document.getElementById('summary').textContent")
     bad_top = ask(browser, route="rerank", query=QUERY, text="a dog", top_n=0)
     marked = browser.wait_for("JSON.stringify([...document.querySelectorAll('.field-bad')]"

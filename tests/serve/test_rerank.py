@@ -4,36 +4,25 @@ limit (413); the spec and /v1/models list the routes and the capability."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 import lmforge
 from lmforge.config.options import OptionsError
-from lmforge.tasks.finetune import TaskConfig, make_task, save_model
-from tests.serve.conftest import TEXTS, _tiny, _tokenizer, start_server
+from tests.serve.conftest import TEXTS
 
 QUERY = "the small cat sat on the mat"
 DOCS = TEXTS[:6] + ["a dog", "the old fox near the river today"]
 
 
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("rerank-models")
-    tokenizer = _tokenizer("bert")
-    model = _tiny("bert-base", tokenizer, 7, max_seq_len=128)
-    torch.manual_seed(7)
-    task = make_task("rerank", model, tokenizer, [], TaskConfig(max_len=24))
-    plain = _tiny("bert-base", tokenizer, 8, max_seq_len=128)
-    plain.save(root / "plain")
-    tokenizer.save(root / "plain")
-    return {"rr": save_model(task, root / "rr"), "plain": root / "plain"}
+@pytest.fixture
+def dirs(ranked_dirs) -> dict:
+    """The session's reranker (rr) and plain encoder (plain): tests/serve/conftest.py."""
+    return ranked_dirs
 
 
-@pytest.fixture(scope="module")
-def served(dirs, tmp_path_factory):
-    server = start_server(dirs, ("rr", "plain"), tmp_path_factory.mktemp("logs") / "rerank.log",
-                          "--max-documents", "8", "--max-batch-items", "3", "--max-request-tokens", "170")
-    yield server
-    server.stop()
+@pytest.fixture
+def served(ranked):
+    """The session's server of them: 8 documents and 170 tokens a request, 3 items a batch."""
+    return ranked
 
 
 def test_rerank_gives_the_offline_order_and_scores(served, dirs):

@@ -166,6 +166,81 @@ def ranked(ranked_dirs, tmp_path_factory):
     served.stop()
 
 
+def _hf_bert(tokenizer):
+    import transformers
+
+    cfg = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=3,
+                                  num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+    return transformers.BertModel(cfg)
+
+
+def _hf_roberta(tokenizer):
+    import transformers
+
+    cfg = transformers.RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64, type_vocab_size=1,
+                                     pad_token_id=tokenizer.pad_id,
+                                     max_position_embeddings=64 + tokenizer.pad_id + 1)  # HF's offset
+    return transformers.RobertaModel(cfg, add_pooling_layer=False)
+
+
+def _hf_electra(tokenizer):
+    import transformers
+
+    cfg = transformers.ElectraConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32,
+                                     num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                     max_position_embeddings=64)
+    return transformers.ElectraModel(cfg)
+
+
+def _hf_t5(tokenizer):
+    import transformers
+
+    cfg = transformers.T5Config(vocab_size=tokenizer.vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                num_heads=4, relative_attention_num_buckets=8,
+                                relative_attention_max_distance=16,
+                                pad_token_id=tokenizer.pad_id, eos_token_id=tokenizer.eos_id,
+                                decoder_start_token_id=tokenizer.pad_id)
+    return transformers.T5EncoderModel(cfg)
+
+
+# name: (tokenizer family, the tiny Hugging Face model, its seed); bert first, the server's default model
+HF_FEATURES = {"bert": ("bert", _hf_bert, 0), "roberta": ("roberta", _hf_roberta, 0),
+               "electra": ("bert", _hf_electra, 1), "t5": ("t5", _hf_t5, 2)}
+
+
+@pytest.fixture(scope="session")
+def feature_models(tmp_path_factory) -> dict:
+    """name -> (directory, the reference): tiny Hugging Face checkpoints (BERT of 3 layers, RoBERTa,
+    ELECTRA, T5's encoder; the reference HF's model) and an ELMo directory (the reference lmforge's own),
+    for test_features and test_features_families."""
+    pytest.importorskip("transformers")
+    root, out = tmp_path_factory.mktemp("feature-models"), {}
+    for name, (family, make, seed) in HF_FEATURES.items():
+        tokenizer = _tokenizer(family)
+        torch.manual_seed(seed)
+        reference = make(tokenizer).eval()
+        reference.save_pretrained(root / name)
+        tokenizer.save(root / name)
+        out[name] = root / name, reference
+    torch.manual_seed(3)
+    elmo = lmforge.build(lmforge.tiny("elmo-small")).eval()
+    lmforge.save(elmo, root / "elmo")
+    out["elmo"] = root / "elmo", elmo
+    return out
+
+
+@pytest.fixture(scope="session")
+def featured(feature_models, tmp_path_factory):
+    """One server of every feature model (bert first: the default model of a request naming none), at most
+    2 layers and 20000 feature values a request."""
+    served = start_server({n: m[0] for n, m in feature_models.items()}, tuple(feature_models),
+                          tmp_path_factory.mktemp("logs") / "features.log", "--max-layers", "2",
+                          "--max-feature-values", "20000")
+    yield served
+    served.stop()
+
+
 @pytest.fixture(scope="session")
 def local(model_dirs):
     """A TestClient of the app in this process on the MLM encoder and the decoder (one worker): for what a

@@ -10,35 +10,21 @@ import pytest
 import torch
 
 from lmforge.cli import main
-from tests.serve.conftest import _tokenizer, start_server
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 TEXTS = ["the small cat sat on the mat", "a dog", "the old fox near the river today"]
 
 
-def _hf_bert(path, tokenizer):
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=3,
-                                  num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
-    reference = transformers.BertModel(cfg).eval()
-    reference.save_pretrained(path)
-    tokenizer.save(path)
-    return reference
+@pytest.fixture
+def bert(feature_models):
+    """(directory, Hugging Face's BertModel): the session's BERT of 3 layers (tests/serve/conftest.py)."""
+    return feature_models["bert"]
 
 
-@pytest.fixture(scope="module")
-def bert(tmp_path_factory):
-    root = tmp_path_factory.mktemp("features-models")
-    tokenizer = _tokenizer("bert")
-    return root / "bert", _hf_bert(root / "bert", tokenizer)
-
-
-@pytest.fixture(scope="module")
-def served(bert, tmp_path_factory):
-    server = start_server({"bert": bert[0]}, ("bert",), tmp_path_factory.mktemp("logs") / "features.log",
-                          "--max-layers", "2", "--max-feature-values", "20000")
-    yield server
-    server.stop()
+@pytest.fixture
+def served(featured):
+    """The session's server of the feature models, bert the default: at most 2 layers and 20000 values."""
+    return featured
 
 
 def _reference_states(reference, tokens) -> torch.Tensor:

@@ -13,65 +13,25 @@ import torch
 
 import lmforge
 from lmforge.cli import main
-from tests.serve.conftest import _tokenizer, start_server
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 TEXTS = ["the small cat sat on the mat", "a dog", "the old fox  near the river today"]
 WEIGHTS = [0.5, -1.0, 2.0]  # a scalar mix of the 3 hidden states every model here has
 
 
-def _roberta(tokenizer):
-    cfg = transformers.RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=64, type_vocab_size=1,
-                                     pad_token_id=tokenizer.pad_id,
-                                     max_position_embeddings=64 + tokenizer.pad_id + 1)  # HF's offset
-    return transformers.RobertaModel(cfg, add_pooling_layer=False)
+FAMILIES = ["roberta", "electra", "t5"]
 
 
-def _electra(tokenizer):
-    cfg = transformers.ElectraConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32,
-                                     num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                     max_position_embeddings=64)
-    return transformers.ElectraModel(cfg)
+@pytest.fixture
+def models(feature_models) -> dict:
+    """name -> (directory, the reference: HF's model, or for ELMo lmforge's own): tests/serve/conftest.py."""
+    return {name: feature_models[name] for name in (*FAMILIES, "elmo")}
 
 
-def _t5(tokenizer):
-    cfg = transformers.T5Config(vocab_size=tokenizer.vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2,
-                                num_heads=4, relative_attention_num_buckets=8,
-                                relative_attention_max_distance=16,
-                                pad_token_id=tokenizer.pad_id, eos_token_id=tokenizer.eos_id,
-                                decoder_start_token_id=tokenizer.pad_id)
-    return transformers.T5EncoderModel(cfg)
-
-
-FAMILIES = {"roberta": ("roberta", _roberta), "electra": ("bert", _electra), "t5": ("t5", _t5)}
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict:
-    """name -> (directory, the reference: HF's model, or for ELMo lmforge's own)."""
-    root, out = tmp_path_factory.mktemp("feature-families"), {}
-    for seed, (name, (family, make)) in enumerate(FAMILIES.items()):
-        tokenizer = _tokenizer(family)
-        torch.manual_seed(seed)
-        reference = make(tokenizer).eval()
-        reference.save_pretrained(root / name)
-        tokenizer.save(root / name)
-        out[name] = root / name, reference
-    torch.manual_seed(3)
-    elmo = lmforge.build(lmforge.tiny("elmo-small")).eval()
-    lmforge.save(elmo, root / "elmo")
-    out["elmo"] = root / "elmo", elmo
-    return out
-
-
-@pytest.fixture(scope="module")
-def served(models, tmp_path_factory):
-    server = start_server({n: m[0] for n, m in models.items()}, tuple(models),
-                          tmp_path_factory.mktemp("logs") / "families.log", "--max-layers", "2",
-                          "--max-feature-values", "20000")
-    yield server
-    server.stop()
+@pytest.fixture
+def served(featured):
+    """The session's server of every feature model: at most 2 layers and 20000 values a request."""
+    return featured
 
 
 def _offline(path, tmp_path, *flags) -> list:
@@ -86,7 +46,7 @@ def _reference_states(reference, ids: list) -> torch.Tensor:
         return torch.stack(reference(torch.tensor([ids]), output_hidden_states=True).hidden_states)[:, 0]
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", FAMILIES)
 def test_per_token_features_equal_the_reference_hidden_states_and_the_command(served, models, name, tmp_path):
     answer = served.client().post("/features", json={"model": name, "texts": TEXTS, "layers": "0,-1"})
     assert answer.status_code == 200, answer.text
@@ -107,7 +67,7 @@ def test_per_token_features_equal_the_reference_hidden_states_and_the_command(se
         assert cli["tokens"] == tokens
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", FAMILIES)
 def test_a_scalar_mix_pooled_equals_the_reference(served, models, name):
     client = served.client()
     ids = client.post("/tokenize", json={"model": name, "text": TEXTS[2]}).json()["ids"]

@@ -102,3 +102,40 @@ def test_an_objective_without_a_flop_count_is_refused_by_the_plan_naming_it(tiny
         check_plan(tiny_plan)
     tiny_plan["arms"][0]["pretrain"] = False  # a baseline spends no FLOPs: nothing to count
     assert check_plan(tiny_plan).arms[0].objective == objective
+
+
+@pytest.mark.parametrize("change, field, said", [
+    # a number failed at the run as a TypeError traceback; "" read the working folder's files as the corpus
+    (lambda p: p.update(corpus={"source": "files", "files": [1, 2]}), "corpus.files[0]",
+     "a text file's path"),
+    (lambda p: p.update(corpus={"source": "files", "files": [""]}), "corpus.files[0]", "a text file's path"),
+    (lambda p: p.update(corpus={"source": "files", "files": ["a.txt"] * 10_001}), "corpus.files",
+     "a list of 1 to 10000 text files"),
+    (lambda p: p["corpus"].update(files=["a.txt"]), "corpus.files", "source builtin does not read it"),
+    (lambda p: p.update(corpus={"source": "files", "files": ["a.txt"], "documents": 9}), "corpus.documents",
+     "reads its files whole"),
+    # JSON's "no" was read as true; pairs beside a sentences objective was never read
+    (lambda p: p["arms"][0].update(examples={"cross_documents": "no"}), "arms[0].examples.cross_documents",
+     "must be true or false"),
+    (lambda p: p["arms"][0].update(examples={"pairs": "sentence-nsp"}), "arms[0].examples.pairs",
+     "read by examples of kind pairs alone"),
+    (lambda p: p["tasks"][0].update(task=["tagging"]), "tasks[0].task", "is not a built-in task"),  # a list
+    (lambda p: p["tasks"][0].update(name="zzz"), "tasks[0].name", "'zzz' is not a built-in task"),
+    (lambda p: p["arms"][0].update(name="a" * 300), "arms[0].name", "at most 100"),  # a directory's name
+    (lambda p: p["arms"][0].update(preset=None, overrides={}, model=123), "arms[0].model", "got 123"),
+])
+def test_a_file_list_example_field_task_or_name_its_run_cannot_use_is_refused_naming_it(tiny_plan, change,
+                                                                                          field, said):
+    change(tiny_plan)
+    with pytest.raises(PlanError) as err:
+        check_plan(tiny_plan, "p.yaml")
+    assert str(err.value).startswith(f"p.yaml: {field}: ") and said in str(err.value), err.value
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+def test_a_files_corpus_and_the_example_fields_its_kind_reads_are_accepted(tiny_plan):
+    tiny_plan["corpus"] = {"source": "files", "files": ["a.txt", "b.txt"]}
+    tiny_plan["arms"][0].update(examples={"cross_documents": False})
+    tiny_plan["tasks"].append({"name": "tags", "source": "builtin", "task": "tagging", "n": 40})
+    plan = check_plan(tiny_plan, "p.yaml")
+    assert plan.corpus["files"] == ["a.txt", "b.txt"] and plan.arms[0].examples == {"cross_documents": False}

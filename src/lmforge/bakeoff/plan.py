@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import yaml
 
 from lmforge.bakeoff.shipped import plan_file
-from lmforge.bakeoff.plan_reads import (check_arm_counted, check_arm_reads, check_finetune_reads,
-                                        check_task_reads)
+from lmforge.bakeoff.plan_reads import (check_arm_counted, check_arm_reads, check_corpus_files,
+                                        check_finetune_reads, check_task_reads)
 from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import OptionsError, check_value
 from lmforge.objectives.registry import TOKENIZER_KINDS
@@ -54,7 +54,7 @@ TOP_KEYS = {"name", "budget", "corpus", "tokenizer", "pretrain", "finetune", "ta
 ARM_KEYS = {"name", "objective", "preset", "overrides", "options", "examples", "duplication", "corpus",
             "continue_from", "model", "pretrain", "train", "description"}
 SOURCES = ("preset", "continue_from", "model")  # where an arm's model comes from: exactly one
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # arm and task names become directory names
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")  # arm and task names become directory names
 # the plan's own sizes, bounded both ways (a dry run of documents: 1e9 would never end); name -> (lowest,
 # highest). What a run takes (training options, max_len, duplication, seeds) is not here: the options
 # object that runs it checks it (_option, _built), so a plan and the commands accept alike
@@ -175,7 +175,7 @@ def bounded(value, where: str, bound: str, integer: bool = True):
 
 def _name(value, where: str) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
-        _fail(where, f"must be a name of letters, digits, _ . + - (got {value!r})")
+        _fail(where, f"must be a name of at most 100 letters, digits, _ . + - (got {value!r:.100})")
     return value
 
 
@@ -185,8 +185,7 @@ def check_corpus(corpus, where: str) -> dict:
     source = corpus.get("source", "gcide")
     if source not in CORPUS_SOURCES:
         _fail(f"{where}.source", f"{source!r} is not one of {', '.join(CORPUS_SOURCES)}")
-    if source == "files" and not (isinstance(corpus.get("files"), list) and corpus["files"]):
-        _fail(f"{where}.files", "source files needs a non-empty list of text files")
+    check_corpus_files(corpus, where, _fail)
     documents = bounded(corpus.get("documents", 2000), f"{where}.documents", "documents")
     if "seed" in corpus:  # drawn from as a run's seed is: the same range (TrainConfig's)
         from lmforge.train import TrainConfig
@@ -223,6 +222,9 @@ def _arm(value, where: str) -> Arm:
     if sum(arm.get(key) is not None for key in SOURCES) != 1:
         _fail(f"{where}.preset",
               "give exactly one of preset, continue_from (another arm) or model (a checkpoint)")
+    if arm.get("model") is not None and not (isinstance(arm["model"], str) and arm["model"].strip()):
+        _fail(f"{where}.model", f"must be a checkpoint's folder or an installed model's name, got "
+                                f"{arm['model']!r:.100}")
     if arm.get("pretrain", True) not in (True, False):
         _fail(f"{where}.pretrain", f"must be true or false, got {arm['pretrain']!r}")
     if arm.get("model") is not None and arm["overrides"]:

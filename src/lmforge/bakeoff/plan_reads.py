@@ -13,6 +13,8 @@ from lmforge.objectives.keywords import check_keywords
 PRETRAINING = ("options", "examples", "duplication", "train", "corpus")  # the arm fields pretraining reads
 TEXT_TO_TEXT = ("prefix", "text_to_text")  # fine-tuning options an encoder-decoder arm alone reads (T5, BART)
 TASK_FIELDS = {"gcide-pos": ("n_per_label",), "foldoc-topic": ("n_per_label",), "builtin": ("n", "task")}
+EXAMPLE_KINDS = {"pairs": "pairs", "cross_documents": "sentences"}  # an example field -> its reading kind
+MAX_CORPUS_FILES = 10_000  # a plan's corpus files, read whole and joined into one text (runner._joined)
 
 
 def check_arm_reads(arm, spec, where: str, fail) -> None:
@@ -32,13 +34,46 @@ def check_arm_reads(arm, spec, where: str, fail) -> None:
     except OptionsError as err:  # its message begins with its field, which fail says once
         fail(err.field, str(err).removeprefix(f"{err.field}: "))
     try:  # the fields the runner gives the objective's ExampleFormat (runner.arm_spec)
-        dataclasses.replace(spec.examples, **arm.examples)
+        examples = dataclasses.replace(spec.examples, **arm.examples)
     except (ValueError, TypeError) as err:
         fail(f"{where}.examples", str(err).splitlines()[0])
+    check_examples_read(arm.examples, examples.kind, f"{where}.examples", fail)
     try:
         check_read(spec, RecipeOptions(duplication=arm.duplication), PretrainInputs())
     except OptionsError as err:
         fail(f"{where}.duplication", str(err).split(": ", 1)[1])
+
+
+def check_examples_read(examples: dict, kind: str, where: str, fail) -> None:
+    """fail(field, why) for an example field that examples of `kind` do not read (pairs, for pairs; a
+    sentences' cross_documents), or a cross_documents that is no bool: "no" (JSON text) read as true."""
+    given = examples.get("cross_documents", False)
+    if not isinstance(given, bool):
+        fail(f"{where}.cross_documents", f"must be true or false, got {given!r}")
+    for key in sorted(set(examples) & set(EXAMPLE_KINDS)):
+        if EXAMPLE_KINDS[key] != kind:
+            fail(f"{where}.{key}", f"read by examples of kind {EXAMPLE_KINDS[key]} alone, and this arm's are "
+                                   f"{kind}")
+
+
+def check_corpus_files(corpus: dict, where: str, fail) -> None:
+    """fail(field, why) where a corpus of source files lists no file, more than MAX_CORPUS_FILES, or one
+    that is no path (a number: a traceback at its run; "": the working folder read as the corpus), or gives
+    documents or a seed (its files are read whole), or where another source is given files."""
+    source, files = corpus.get("source", "gcide"), corpus.get("files")
+    if source != "files":
+        if "files" in corpus:
+            fail(f"{where}.files", f"source {source} does not read it (source files does)")
+        return
+    if not isinstance(files, list) or not 1 <= len(files) <= MAX_CORPUS_FILES:
+        fail(f"{where}.files", f"source files needs a list of 1 to {MAX_CORPUS_FILES} text files, got "
+                               f"{len(files) if isinstance(files, list) else repr(files)[:60]}")
+    for i, path in enumerate(files):
+        if not isinstance(path, str) or not path.strip():
+            fail(f"{where}.files[{i}]", f"must be a text file's path, got {path!r}"[:200])
+    for key in ("documents", "seed"):
+        if key in corpus:
+            fail(f"{where}.{key}", "source files reads its files whole: it draws no documents")
 
 
 def check_arm_counted(arm, spec, where: str, fail) -> None:
@@ -60,9 +95,15 @@ def check_arm_counted(arm, spec, where: str, fail) -> None:
 
 def check_task_reads(task: dict, where: str, fail) -> dict:
     """The downstream `task`; fail(field, why) for a field of it that its source does not read."""
+    from lmforge.tasks.formats import BUILTIN
+
     read = TASK_FIELDS.get(task.get("source"), ())
     for key in sorted(set(task) - {"name", "source"} - set(read)):
         fail(f"{where}.{key}", f"source {task['source']} does not read it (it reads {', '.join(read)})")
+    named = task.get("task", task.get("name"))  # a built-in task: `task`, else its name (runner.task_splits)
+    if task.get("source") == "builtin" and (not isinstance(named, str) or named not in BUILTIN):
+        fail(f"{where}.{'task' if 'task' in task else 'name'}",
+             f"{named!r} is not a built-in task ({', '.join(BUILTIN)})"[:300])
     return task
 
 

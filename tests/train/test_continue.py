@@ -31,20 +31,20 @@ def _minilm():
 
 @pytest.fixture(scope="module")
 def continued(tmp_path_factory):
-    """all-MiniLM-L6-v2 (no LM head) pretrained further for 3 steps with two domain words added."""
+    """all-MiniLM-L6-v2 (no LM head) pretrained further for 2 steps with two domain words added."""
     _minilm()
     root = tmp_path_factory.mktemp("continue")
     (root / "domain.txt").write_text(TEXT)
     (root / "words.txt").write_text("\n".join(WORDS) + "\n\n")
     out = root / "run"
     assert main(["pretrain", "--model", MINILM, "--objective", "mlm", "--data", str(root / "domain.txt"),
-                 "--out", str(out), "--steps", "3", "--add-tokens", str(root / "words.txt"), *TINY]) == 0
+                 "--out", str(out), "--steps", "2", "--add-tokens", str(root / "words.txt"), *TINY]) == 0
     return out
 
 
 def test_continued_pretraining_trains_the_checkpoint_with_a_new_lm_head(continued):
     losses = [json.loads(line)["loss"] for line in (continued / "metrics.jsonl").read_text().splitlines()]
-    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
     model, tokenizer = lmforge.load(continued / "final"), load_tokenizer(continued / "final")
     assert {"lm", "pooler"} <= set(model.heads)
     assert model.heads["lm"].projection()[0] is model.tokens.weight  # BERT ties its MLM head
@@ -113,12 +113,25 @@ def test_adding_words_grows_a_full_table():
     assert model(ids).logits.shape == (1, ids.shape[1], tokenizer.vocab_size)
 
 
-def test_bad_requests_exit_2(tmp_path, capsys):
-    run = tmp_path / "run"
-    base = ["pretrain", "--objective", "mlm", "--steps", "1", "--data", str(_write(tmp_path / "t.txt", TEXT)),
-            "--config", str(_write(tmp_path / "c.json", '{"batch_size": 2, "progress": false}'))]
-    fields = ["n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64"]
-    assert main([*base, *fields, "--preset", "bert-tiny", "--out", str(run)]) == 0
+FIELDS = ["n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64"]
+
+
+def _base(root) -> list:
+    """A one-step MLM run's arguments on TEXT, its batch size and progress from a --config file."""
+    return ["pretrain", "--objective", "mlm", "--steps", "1", "--data", str(_write(root / "t.txt", TEXT)),
+            "--config", str(_write(root / "c.json", '{"batch_size": 2, "progress": false}'))]
+
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory):
+    """A tiny BERT of our own pretrained one step on TEXT (read only by the tests: they write elsewhere)."""
+    root = tmp_path_factory.mktemp("own")
+    assert main([*_base(root), *FIELDS, "--preset", "bert-tiny", "--out", str(root / "run")]) == 0
+    return root / "run"
+
+
+def test_bad_requests_exit_2(own, tmp_path, capsys):
+    run, base, fields = own, _base(tmp_path), FIELDS
     assert main([*base, *fields, "--preset", str(run / "final"), "--out", str(tmp_path / "a")]) == 2
     assert f"--model {run / 'final'}" in capsys.readouterr().err  # a directory is not a preset
     assert main([*base, "--preset", "bert-tiny", "--model", str(run / "final"),
@@ -137,13 +150,10 @@ def test_bad_requests_exit_2(tmp_path, capsys):
     assert "is a preset" in capsys.readouterr().err
 
 
-def test_continuing_a_run_of_our_own_and_resuming_it(tmp_path):
-    first, second = tmp_path / "first", tmp_path / "second"
+def test_continuing_a_run_of_our_own_and_resuming_it(own, tmp_path):
+    first, second = own, tmp_path / "second"
     tiny = ["batch_size=2", "progress=false", "max_len=32"]
     data = ["--data", str(_write(tmp_path / "t.txt", TEXT))]
-    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(first),
-                 "--steps", "1", *tiny, "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64", "max_seq_len=64",
-                 *data]) == 0
     start = lmforge.load(first / "final").state_dict()
     args = ["pretrain", "--model", str(first / "final"), "--objective", "mlm", "--out", str(second), *tiny,
             "lr=0.01", *data]

@@ -117,6 +117,18 @@ def test_max_length_is_a_whole_count_and_padding_to_it_is_bounded():
     assert tok.encode_batch(["the cat"], max_length=10**12).input_ids.shape == (1, 4)  # cuts nothing
 
 
+def test_a_max_length_past_the_backends_count_is_refused_naming_it():
+    from lmforge.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["the cat sat on the mat"] * 5, "wordpiece", 60)
+    assert len(tok.encode("the cat", max_length=2 ** 63 - 1).ids) == 4  # the most it takes: cuts nothing
+    for call in (lambda: tok.encode("the cat", max_length=2 ** 64),  # an OverflowError naming nothing
+                 lambda: tok.encode_batch(["the cat"], max_length=10 ** 30)):
+        with pytest.raises(OptionsError, match="^max_length must be an integer <= 922337203685477580") as err:
+            call()
+        assert err.value.field == "max_length"
+
+
 def test_decode_names_what_is_no_token_id():
     import numpy as np
     import torch

@@ -30,6 +30,7 @@ ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 PADDINGS = ("longest", "max_length")
 SAVED_FILES = ("tokenizer.json", "tokenizer_config.json")  # what save writes (beside a model: recorded)
 SUMS_FILE = "sha256.json"  # beside a tokenizer with no model of its own: its files' checksums, signed (seal)
+MAX_CUT = 2 ** 63 - 1  # a truncation length the backend's counters hold (2**64 overflowed them)
 
 
 class TokenizerError(ValueError):
@@ -174,8 +175,10 @@ class Tokenizer:
                 raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
             texts = [(t, as_text(p, pair, f"pairs[{i}]" if batch else None))
                      for i, (t, p) in enumerate(zip(texts, pairs))]
-        # a float or a bool is no length (the backend takes True as 1 and fails on 2.5 without naming it)
-        max_length = checked_argument("max_length", "Optional[int]", {"low": None, "high": None}, max_length)
+        # a float or a bool is no length (the backend takes True as 1 and fails on 2.5 without naming it);
+        # past the backend's 64-bit count it raised OverflowError naming nothing (10**12 cuts nothing: taken)
+        max_length = checked_argument("max_length", "Optional[int]", {"low": None, "high": MAX_CUT},
+                                      max_length)
         if max_length is not None:
             specials = self.backend.num_special_tokens_to_add(pairs is not None) if add_special_tokens else 0
             if max_length <= specials:  # the backend would silently not truncate at all

@@ -5,6 +5,7 @@ the fixture's finalizer: SIGTERM, then SIGKILL if it has not exited within a few
 """
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -120,10 +121,31 @@ def start_server(model_dirs: dict, names: tuple, log: Path, *options: str, wait:
 
 
 @pytest.fixture(scope="session")
-def server(model_dirs, tmp_path_factory):
-    """The main server: every test model, a small batch budget so that requests are split and batched; the
-    default body and cost limits otherwise, and its log at info (test_hardening reads its cancellations)."""
-    served = start_server(model_dirs, ("enc", "gen", "t5", "cls", "tag", "qa"),
+def embed_dirs(tmp_path_factory) -> dict:
+    """name -> directory: two encoders of 32 positions for test_embed_options, plain (prompts by name in its
+    config_sentence_transformers.json) and calibrated (int8 ranges saved beside it, whole and at 16 dims)."""
+    from lmforge.pipelines.embed import SentenceEncoder
+    from lmforge.pipelines.embed_options import EmbedOptions, save_ranges
+
+    root = tmp_path_factory.mktemp("embed-models")
+    tokenizer = _tokenizer("bert")
+    plain = _save(_tiny("bert-base", tokenizer, 7, max_seq_len=32), tokenizer, root / "plain")
+    (plain / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": None}))
+    calibrated = _save(_tiny("bert-base", tokenizer, 8, max_seq_len=32), tokenizer, root / "calibrated")
+    encoder = SentenceEncoder.from_dir(calibrated)
+    for options in (EmbedOptions(), EmbedOptions(dimensions=16)):
+        save_ranges(calibrated, encoder.embed_with(TEXTS, options).vectors, options)
+    return {"plain": plain, "calibrated": calibrated}
+
+
+@pytest.fixture(scope="session")
+def server(model_dirs, embed_dirs, tmp_path_factory):
+    """The main server: every test model (test_embed_options' two encoders last: no request naming no
+    model gets one of them), a small batch budget so that requests are split and batched; the default body
+    and cost limits otherwise, and its log at info (test_hardening reads its cancellations)."""
+    served = start_server({**model_dirs, **embed_dirs},
+                          ("enc", "gen", "t5", "cls", "tag", "qa", "plain", "calibrated"),
                           tmp_path_factory.mktemp("logs") / "main.log", "--max-batch-tokens", "256",
                           "--max-batch-items", "16", "--batch-wait-ms", "5", "--max-new-tokens", "2000",
                           "--log-level", "info")

@@ -5,38 +5,25 @@ input's token count and truncation, chunked long inputs, and batch invariance (b
 from __future__ import annotations
 
 import base64
-import json
 
 import numpy as np
 import pytest
 import torch
 
 import lmforge
-from lmforge.pipelines.embed import SentenceEncoder
-from lmforge.pipelines.embed_options import EmbedOptions, save_ranges
-from tests.serve.conftest import TEXTS, _save, _tiny, _tokenizer, start_server
+from tests.serve.conftest import TEXTS
 
 
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("embed-models")
-    tokenizer = _tokenizer("bert")
-    plain = _save(_tiny("bert-base", tokenizer, 7, max_seq_len=32), tokenizer, root / "plain")
-    (plain / "config_sentence_transformers.json").write_text(json.dumps(
-        {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": None}))
-    calibrated = _save(_tiny("bert-base", tokenizer, 8, max_seq_len=32), tokenizer, root / "calibrated")
-    encoder = SentenceEncoder.from_dir(calibrated)
-    for options in (EmbedOptions(), EmbedOptions(dimensions=16)):
-        save_ranges(calibrated, encoder.embed_with(TEXTS, options).vectors, options)
-    return {"plain": plain, "calibrated": calibrated}
+@pytest.fixture
+def dirs(embed_dirs) -> dict:
+    """plain (prompts by name) and calibrated (int8 ranges saved): tests/serve/conftest.py's embed_dirs."""
+    return embed_dirs
 
 
-@pytest.fixture(scope="module")
-def served(dirs, tmp_path_factory):
-    server = start_server(dirs, ("plain", "calibrated"), tmp_path_factory.mktemp("logs") / "embed.log",
-                          "--max-batch-items", "8")
-    yield server
-    server.stop()
+@pytest.fixture
+def served(server):
+    """The session's main server, which serves both (tests/serve/conftest.py)."""
+    return server
 
 
 def _post(served, **body):

@@ -248,7 +248,8 @@ def test_openapi_spec_docs_and_page_are_complete_and_offline(server):
     for html in (docs, page):
         assert "<script src" not in html and "<link" not in html and "cdn" not in html.lower()
     assert "/openapi.json" in docs and "cdn" in swagger  # Swagger UI stays available for online use
-    assert set(info["models"]) == set(health["models"]) == {"enc", "gen", "t5", "cls", "tag", "qa"}
+    assert set(info["models"]) == set(health["models"]) == {"enc", "gen", "t5", "cls", "tag", "qa", "plain",
+                                                            "calibrated"}
     assert info["models"]["qa"]["task"]["kind"] == "qa" and "predict" in info["models"]["qa"]["capabilities"]
     assert info["limits"]["max_batch_tokens"] == 256 and info["limits"]["batch_wait_ms"] == 5
     # counts stay counts

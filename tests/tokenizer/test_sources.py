@@ -96,3 +96,13 @@ def test_read_options_read_the_files_as_corpus_shard_does_alike_from_the_command
         train_tokenizer(["alpha beta"], "wordpiece", 60, read=ReadOptions(text_field="body"))
     assert main(["tokenizer", "train", "--kind", "bpe", "--vocab-size", "300", "--out", str(tmp_path / "b"),
                  "--text-field", "body"]) == 2  # the built-in corpus is read as it is
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe", "bytelevel-bpe", "unigram"])
+def test_a_text_with_a_lone_surrogate_is_refused_naming_its_index(kind):
+    from lmforge.config.options import OptionsError
+
+    texts = ["the cat sat on the mat"] * 3 + ["the \ud800 cat"]  # was "'utf-8' codec can't encode", no text
+    with pytest.raises(OptionsError, match=r"^source\[3\] is not valid Unicode: surrogates not") as err:
+        train_tokenizer(texts, kind, 300)
+    assert err.value.field == "source"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as Backend
 
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, checked_text
 from lmforge.tokenizer.lines import BLOCK, file_pieces, first_long_line, text_pieces
 from lmforge.tokenizer.wrapper import TokenizerError
 
@@ -196,9 +196,12 @@ class Corpus:
             raise TokenizerError("empty corpus: no non-blank text to train on")
 
     def check_utf8(self) -> None:
-        """A TokenizerError naming the first plain-text file that is not UTF-8 (and where), if one is not."""
+        """A TokenizerError naming the first plain-text file that is not UTF-8 (and where), if one is not; an
+        OptionsError naming the first text given that is not valid Unicode (a lone surrogate), if one is."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # its long lines were reported by the pass that failed
             for file in self.files or ():
                 for _ in file_pieces(file):
                     pass
+        for i, text in enumerate(self.texts or ()):  # checked after a failed pass: no cost to a good one
+            checked_text(text, "source", f"source[{i}]", "text")

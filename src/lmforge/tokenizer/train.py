@@ -166,7 +166,8 @@ def _run(backend: Backend, trainer, corpus: Corpus, kind: str) -> None:
     except (TokenizerError, TypeError):
         raise
     except Exception as err:  # the Rust trainers raise plain Exceptions
-        if "UTF-8" in str(err):  # "stream did not contain valid UTF-8" names no file: this names it
+        # "stream did not contain valid UTF-8" names no file, "'utf-8' codec can't encode" no text: this does
+        if "UTF-8" in str(err).upper():
             corpus.check_utf8()
         raise TokenizerError(f"cannot train a {kind} tokenizer: {err}") from None
 

@@ -42,6 +42,7 @@ def continued(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # a real 22M-parameter checkpoint's run; a tiny one's below is in the default suite
 def test_continued_pretraining_trains_the_checkpoint_with_a_new_lm_head(continued):
     losses = [json.loads(line)["loss"] for line in (continued / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
@@ -53,6 +54,30 @@ def test_continued_pretraining_trains_the_checkpoint_with_a_new_lm_head(continue
     assert ids[0] == tokenizer.token_to_id("immunotherapy") and \
         ids[2] == tokenizer.token_to_id("pharmacokinetics")
     assert len(ids) == 3 and min(ids[0], ids[2]) >= tokenizer.vocab_size - 2
+
+
+def test_a_tiny_checkpoint_without_an_lm_head_is_trained_with_a_new_tied_one(tmp_path):
+    """The MiniLM test's checks on a tiny BERT of no heads (a cased tokenizer: words stay as written)."""
+    lines = [line for line in corpus_text(40, seed=0).splitlines() if line.strip()]
+    tokenizer = train_tokenizer(lines, "wordpiece", 150, family="bert")
+    torch.manual_seed(0)
+    bare = lmforge.build(lmforge.tiny("bert-tiny", vocab_size=tokenizer.vocab_size, n_layers=1, d_model=32,
+                                      n_heads=2, d_ff=64, max_seq_len=64))
+    assert not bare.heads
+    bare.save(tmp_path / "bare")
+    tokenizer.save(tmp_path / "bare")
+    out = tmp_path / "run"
+    assert main(["pretrain", "--model", str(tmp_path / "bare"), "--objective", "mlm", "--data",
+                 str(_write(tmp_path / "domain.txt", TEXT)), "--out", str(out), "--steps", "2",
+                 "--add-tokens", str(_write(tmp_path / "words.txt", "\n".join(WORDS) + "\n\n")), *TINY]) == 0
+    losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    model, grown = lmforge.load(out / "final"), load_tokenizer(out / "final")
+    assert "lm" in model.heads and model.heads["lm"].projection()[0] is model.tokens.weight  # tied
+    assert model.config.vocab_size == grown.vocab_size == tokenizer.vocab_size + 2  # "the" was one token
+    ids = grown.encode("immunotherapy and Pharmacokinetics", add_special_tokens=False).ids
+    assert ids[0] == grown.token_to_id("immunotherapy") and ids[-1] == grown.token_to_id("Pharmacokinetics")
+    assert min(ids[0], ids[-1]) >= grown.vocab_size - 2
 
 
 @pytest.mark.slow  # an end-to-end run through the command line

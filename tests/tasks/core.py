@@ -1,5 +1,9 @@
 """Shared by the tasks-core tests: a tokenizer of the built-in sentiment task and tiny models."""
+import atexit
 import functools
+import shutil
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -50,14 +54,24 @@ def cfg(**kw):
 
 def fine_tuned_sentiment(out):
     """(directory, splits): a tiny BERT fine-tuned 60 steps on 400 sentiment records, saved with task.json."""
+    # four test files read this same seeded run: it is trained once a process and each caller gets a copy
+    # of its own (in `out`), which it may change
+    shutil.copytree(_fine_tuned_sentiment_run(), out, dirs_exist_ok=True)
+    return out / "final", sentiment(400)
+
+
+@functools.lru_cache(maxsize=None)
+def _fine_tuned_sentiment_run() -> Path:
     from lmforge.tasks.finetune import TaskConfig, finetune
     from lmforge.train import TrainConfig
 
+    out = Path(tempfile.mkdtemp(prefix="lmforge-sst-")) / "run"
+    atexit.register(shutil.rmtree, out.parent, True)
     data = sentiment(400)
     finetune(tiny("bert-base", n_layers=2, n_heads=4), tokenizer(), "cls", data["train"], data["validation"],
              out, TrainConfig(steps=60, batch_size=16, lr=3e-3, seed=0, log_every=100), TaskConfig(),
              log=lambda *a: None)
-    return out / "final", data
+    return out
 
 
 def saved_lm(path, preset: str = "gpt2", family: str = "gpt2"):

@@ -44,9 +44,10 @@ HEADS = {"nsp": {"lm", "nsp"}, "clm": {"lm"}, "wwm": {"lm"}, "span": {"lm"}, "st
                                               ("span", "bert-tiny"), ("structural", "bert-tiny"),
                                               ("rtd", "electra-small")])
 def test_pretrain_other_objectives(tmp_path, objective, preset):
+    # 100 of the built-in corpus's documents: the heads a run ends with do not hang on how many it read
     args = ["pretrain", "--preset", preset, "--objective", objective, "--out", str(tmp_path), "--steps", "2",
             "batch_size=2", "progress=false", "n_layers=1", "d_model=32", "n_heads=2", "d_ff=64",
-            "max_seq_len=64"]
+            "max_seq_len=64", "n_docs=100"]
     assert main(args) == 0
     assert set(lmforge.load(tmp_path / "final").heads) == HEADS[objective]
 
@@ -83,7 +84,7 @@ def test_read_documents_splits_blocks_and_sentences(tmp_path):
 @pytest.mark.usefixtures("few_probes")
 def test_distillation_and_static_masking_through_the_cli(tmp_path, capsys):
     teacher_dir = tmp_path / "teacher"
-    common = ["--steps", "2", "batch_size=2", "progress=false"]
+    common = ["--steps", "2", "batch_size=2", "progress=false", "n_docs=100"]  # 100 documents: enough here
     assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(teacher_dir),
                  "--duplication", "3", *common, "n_layers=2", "d_model=32", "n_heads=2", "d_ff=64",
                  "max_seq_len=64"]) == 0

@@ -14,7 +14,7 @@ def test_pretrain_mlm_on_the_builtin_corpus_and_resume(tmp_path, monkeypatch):
     out = tmp_path / "run"
     args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "6",
             "batch_size=4", "log_every=2", "save_every=3", "progress=false", "n_layers=1", "d_model=32",
-            "n_heads=2", "d_ff=64"]
+            "n_heads=2", "d_ff=64", "n_docs=100"]  # 100 documents: the probes are their own 800 sentences
     assert main(args) == 0
     model = lmforge.load(out / "final")
     tokenizer = load_tokenizer(out / "final")

@@ -37,7 +37,7 @@ def test_loss_falls_on_the_builtin_corpus(tmp_path, objective, preset):
 
 def test_cli_choices_and_architecture_check(tmp_path, capsys):
     args = ["pretrain", "--preset", "t5-small", "--objective", "span-corruption",
-            "--out", str(tmp_path / "t5"), "--steps", "1", "batch_size=2", "progress=false",
+            "--out", str(tmp_path / "t5"), "--steps", "1", "batch_size=2", "progress=false", "n_docs=100",
             *[f"{k}={v}" for k, v in TINY.items()]]
     assert main(args) == 0
     assert load_tokenizer(tmp_path / "t5" / "final").token_to_id("<extra_id_0>") is not None

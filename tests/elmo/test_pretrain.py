@@ -56,7 +56,7 @@ def test_a_killed_run_resumes_exactly(tmp_path, stateful):
     full, killed = tmp_path / "full", tmp_path / "killed"
     # 4 steps, a checkpoint after 2 (the resumed half trains as long as the half before it; 8 steps took
     # a third longer and checked nothing more)
-    run = ("save_every=2", "log_every=1", f"stateful={stateful}")
+    run = ("save_every=2", "log_every=1", f"stateful={stateful}", "n_docs=100")  # 100 documents: enough
     assert main(pretrain(full, 4, *run)) == 0
     shutil.copytree(full, killed)  # the same run's folder (a second identical run took a third of the time)
     shutil.rmtree(killed / "checkpoints" / "step-0000004")  # killed after the checkpoint of step 2

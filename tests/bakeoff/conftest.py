@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from tests.tasks.core import no_loss_plot  # noqa: F401  (an autouse fixture: no loss.png drawn)
 
 TINY_MODEL = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_seq_len": 64}
 TINY = {"name": "tiny", "budget": 4.0e8, "corpus": {"source": "builtin", "documents": 120},

@@ -6,6 +6,7 @@ import pytest
 
 from lmforge.data.synthetic import corpus_text, documents, write_corpus
 from lmforge.tokenizer import train_tokenizer
+from tests.tasks.core import no_loss_plot  # noqa: F401  (an autouse fixture: no loss.png drawn)
 
 
 @pytest.fixture(scope="session")

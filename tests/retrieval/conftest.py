@@ -5,6 +5,7 @@ import lmforge
 from lmforge.retrieval.dpr import passage_text
 from lmforge.retrieval.passages import load_passages
 from lmforge.tokenizer.train import train_tokenizer
+from tests.tasks.core import no_loss_plot  # noqa: F401  (an autouse fixture: no loss.png drawn)
 
 
 def tiny_bert(path):

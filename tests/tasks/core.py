@@ -5,6 +5,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 
 import lmforge
@@ -95,3 +96,14 @@ def saved_classifier(path, preset: str, family: str, records: list, max_len: int
     save_model(make_task("cls", tiny(preset, n_layers=2, n_heads=4), tokenizer(family), records,
                          TaskConfig(max_len=max_len)), path)
     return path
+
+
+@pytest.fixture(autouse=True)
+def no_loss_plot(monkeypatch):
+    """Training runs in the folders whose conftest imports this draw no loss.png: matplotlib costs
+    0.2-0.4 s a run there and no test of theirs reads the plot (tests/train and tests/test_pretrain draw
+    and check it); metrics.jsonl is still read, as the plot would read it."""
+    from lmforge.train import loop
+    from lmforge.train.log import read_metrics
+
+    monkeypatch.setattr(loop, "plot_losses", lambda metrics, png, title="": read_metrics(metrics) and None)

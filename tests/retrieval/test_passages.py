@@ -3,6 +3,7 @@ positives state the answer, user files read with one-line errors naming file and
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -98,6 +99,24 @@ def test_qa_jsonl_and_squad_files(tmp_path):
     assert records == [{"question": "Who met Cy?", "answers": ["Bo"], "positives": ["0"]}]
     with pytest.raises(ValueError, match=r"q.jsonl: question 1: positive passage id '9'"):
         check_positives([{"positives": ["9"]}], passages, "q.jsonl")
+
+
+@pytest.mark.parametrize("record, said", [
+    # a lone surrogate was refused mid-training as "text is not valid Unicode", naming no file
+    ({"question": "who \ud800", "answers": ["a"], "context": "a b"}, "field 'question' is not valid Unicode"),
+    ({"question": "who", "answers": ["a\udfff"], "context": "a b"}, "field 'answers[0]' is not valid"),
+    ({"question": "who", "answers": ["a"], "context": "a \ud800"}, "field 'context' is not valid Unicode"),
+    # trained on and scored silently (a query needs words); a passage of no words
+    ({"question": "   ", "answers": ["a"], "context": "a b"}, "field 'question' is blank"),
+    ({"question": "who", "answers": ["a"], "context": ""}, "field 'context' is blank"),
+])
+def test_a_question_or_context_that_is_blank_or_not_unicode_is_refused_naming_line_and_field(tmp_path, record,
+                                                                                             said):
+    path = tmp_path / "qa.jsonl"
+    good = json.dumps({"question": "Who?", "answers": ["Ann"], "context": "Ann did it."})
+    path.write_text(good + "\n" + json.dumps(record) + "\n")  # JSON's escapes: the lone surrogate itself
+    with pytest.raises(ValueError, match=rf"qa\.jsonl: line 2: {re.escape(said)}"):
+        read_questions(path)
 
 
 def test_passages_without_string_text_are_refused_naming_the_file(tmp_path):

@@ -34,10 +34,16 @@ def _field(obj, key: str, kind: type, where: str):
 
 
 def _text(obj, key: str, where: str) -> str:
-    """A question's or context's text, refused when blank (as a JSONL record's is): nothing to read."""
+    """A question's or context's text, refused when blank (as a JSONL record's is): nothing to read; or
+    when not valid Unicode (a lone surrogate, JSON's \\ud800, was refused later naming no file)."""
     text = _field(obj, key, str, where)
     if not text.strip():
         raise OptionsError(f"{where}.{key}: empty text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # the file's fault: named by the message, as the others are
+        raise OptionsError(f"{where}.{key}: not valid Unicode ({err.reason} at position "
+                           f"{err.start})") from None
     return text
 
 

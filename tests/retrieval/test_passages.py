@@ -119,6 +119,20 @@ def test_a_question_or_context_that_is_blank_or_not_unicode_is_refused_naming_li
         read_questions(path)
 
 
+@pytest.mark.parametrize("record, said", [
+    # a lone surrogate failed the index build's write as "'utf-8' codec can't encode", naming no file
+    ({"id": "b", "title": "t", "text": "x \ud800 y"}, "field 'text' is not valid Unicode"),
+    ({"id": "b", "title": "t \ud800", "text": "x y"}, "field 'title' is not valid Unicode"),
+    ({"id": "b\udfff", "title": "t", "text": "x y"}, "field 'id' is not valid Unicode"),
+])
+def test_a_passage_not_valid_unicode_is_refused_naming_line_and_field(tmp_path, record, said):
+    path = tmp_path / "passages.jsonl"
+    first = json.dumps({"id": "a", "title": "t", "text": "the cat"})
+    path.write_text(first + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match=rf"passages\.jsonl: line 2: {re.escape(said)}"):
+        read_passages(path)
+
+
 def test_passages_without_string_text_are_refused_naming_the_file(tmp_path):
     import warnings
 

@@ -91,7 +91,22 @@ def _passage(line: str, where: str) -> Passage:
     for key, kinds in (("id", (str, int)), ("title", str), ("text", str)):  # an id may be a number
         if not isinstance(record.get(key), kinds) or isinstance(record.get(key), bool):
             raise ValueError(f"{where}: field {key!r} missing or not a string")
+        record_text(str(record[key]), where, key, blank=True)  # a wordless passage is indexed: a test says so
     return Passage(str(record["id"]), str(record["title"]), str(record["text"]))
+
+
+def record_text(value: str, where: str, key: str, blank: bool = False) -> str:
+    """`value`, a text of valid Unicode (blank: whitespace alone allowed); a ValueError naming the file's line
+    and field otherwise: a lone surrogate failed later naming no file (an index build's write, training), a
+    blank question was trained on and scored (a query needs words), a blank context a wordless positive."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"{where}: field {key!r} is not valid Unicode ({err.reason} at position "
+                         f"{err.start})") from None
+    if not blank and not value.strip():
+        raise ValueError(f"{where}: field {key!r} is blank: it needs words")
+    return value
 
 
 def utf8_lines(path):

@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 
 from lmforge.data.world import World
-from lmforge.retrieval.passages import Passage, utf8_lines
+from lmforge.retrieval.passages import Passage, record_text, utf8_lines
 from lmforge.tasks.qa import read_squad
 from lmforge.tasks.squad import normalize_answer
 from lmforge.utils.jsontext import loads
@@ -65,22 +65,8 @@ def _strings(value, where: str, key: str) -> list:
     if not isinstance(value, list) or not all(isinstance(v, (str, int)) and not isinstance(v, bool)
                                               for v in value):
         raise ValueError(f"{where}: field {key!r} must be a list of strings")
-    return [_text(v, where, f"{key}[{i}]", blank=True) if isinstance(v, str) else str(v)
+    return [record_text(v, where, f"{key}[{i}]", blank=True) if isinstance(v, str) else str(v)
             for i, v in enumerate(value)]
-
-
-def _text(value: str, where: str, key: str, blank: bool = False) -> str:
-    """`value`, a text of valid Unicode (blank: whitespace alone allowed); a ValueError naming the file's line
-    and field otherwise: a lone surrogate was refused mid-training naming no file, a blank question was
-    trained on and scored (a query needs words), an empty context made a passage of no words."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(f"{where}: field {key!r} is not valid Unicode ({err.reason} at position "
-                         f"{err.start})") from None
-    if not blank and not value.strip():
-        raise ValueError(f"{where}: field {key!r} is blank: it needs words")
-    return value
 
 
 def _jsonl_record(line: str, where: str, contexts: dict) -> dict:
@@ -90,12 +76,13 @@ def _jsonl_record(line: str, where: str, contexts: dict) -> dict:
         raise ValueError(f"{where}: not JSON ({err.msg})") from None
     if not isinstance(record, dict) or not isinstance(record.get("question"), str):
         raise ValueError(f"{where}: field 'question' missing or not a string")
-    _text(record["question"], where, "question")
+    record_text(record["question"], where, "question")
     answers = _strings(record.get("answers", []), where, "answers")
     if "positives" in record:
         positives = _strings(record["positives"], where, "positives")
     elif isinstance(record.get("context"), str):
-        positives = [contexts.setdefault(_text(record["context"], where, "context"), str(len(contexts)))]
+        context = record_text(record["context"], where, "context")
+        positives = [contexts.setdefault(context, str(len(contexts)))]
     else:
         raise ValueError(f"{where}: needs 'positives' (passage ids) or 'context' (the passage text)")
     return {"question": record["question"], "answers": answers, "positives": positives}

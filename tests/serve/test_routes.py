@@ -87,8 +87,7 @@ def test_concurrent_predictions_equal_the_library_on_one_record(server, model_di
     answers = iter(asyncio.run(_post_all(server.url, calls)))
     for name, records in cases.items():
         task = _offline_task(model_dirs[name])
-        # the library's own predictions, one example a batch: each record as it is predicted alone (one
-        # load of the model, not one a record)
+        # the library's own predictions, one example a batch: each record as predicted alone, one model load
         evaluate(model_dirs[name], records, out=tmp_path / "p.jsonl", batch_size=1)
         lines = (tmp_path / "p.jsonl").read_text().splitlines()
         predicted = [json.loads(line)["prediction"] for line in lines]

@@ -103,9 +103,9 @@ def read_squad_of(tmp_path, data) -> list:
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].update(question=""), r"qas\[1\].question: empty text"),
     # a lone surrogate (JSON's \ud800) was read, then refused by the tokenizer naming no file
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].update(question="who \ud800"),
-     r"qas\[1\].question: not valid Unicode \(surrogates not allowed at position 4\)"),
+     r"qas\[1\].question is not valid Unicode: surrogates not allowed at position 4"),
     (lambda d: d["data"][0]["paragraphs"][0].update(context="a \udfff b"),
-     r"paragraphs\[0\].context: not valid Unicode"),
+     r"paragraphs\[0\].context is not valid Unicode"),
     (lambda d: d["data"][0]["paragraphs"][0]["qas"][1].pop("question"),
      r"data\[0\].paragraphs\[0\].qas\[1\]: missing 'question'"),
     (lambda d: d.pop("data"), "missing 'data'"),

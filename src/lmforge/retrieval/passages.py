@@ -19,7 +19,7 @@ from lmforge.data.corpus import ReadOptions, expand_files, read_range
 from lmforge.data.synthetic import biography, city_note, review
 from lmforge.data.world import World
 from lmforge.utils.atomic import atomic_write_text
-from lmforge.utils.errors import OptionsError
+from lmforge.utils.errors import OptionsError, checked_text
 from lmforge.utils.jsontext import loads
 
 WORDS, MAX_WORDS = 100, 100_000  # words per passage (DPR's block size), and its bound (IndexOptions.words)
@@ -99,11 +99,7 @@ def record_text(value: str, where: str, key: str, blank: bool = False) -> str:
     """`value`, a text of valid Unicode (blank: whitespace alone allowed); a ValueError naming the file's line
     and field otherwise: a lone surrogate failed later naming no file (an index build's write, training), a
     blank question was trained on and scored (a query needs words), a blank context a wordless positive."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(f"{where}: field {key!r} is not valid Unicode ({err.reason} at position "
-                         f"{err.start})") from None
+    checked_text(value, None, f"{where}: field {key!r}")  # the one rule (an OptionsError: a ValueError)
     if not blank and not value.strip():
         raise ValueError(f"{where}: field {key!r} is blank: it needs words")
     return value

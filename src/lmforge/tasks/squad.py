@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lmforge.config.options import OptionsError
 from lmforge.tasks.tagging import decode_utf8
+from lmforge.utils.errors import checked_text
 from lmforge.utils.jsontext import loads
 
 # ---- reading SQuAD JSON ----------------------------------------------------------------------
@@ -39,12 +40,7 @@ def _text(obj, key: str, where: str) -> str:
     text = _field(obj, key, str, where)
     if not text.strip():
         raise OptionsError(f"{where}.{key}: empty text")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:  # the file's fault: named by the message, as the others are
-        raise OptionsError(f"{where}.{key}: not valid Unicode ({err.reason} at position "
-                           f"{err.start})") from None
-    return text
+    return checked_text(text, None, f"{where}.{key}")  # the file's fault: named by the message, as the others
 
 
 def _impossible(qa: dict, where: str) -> bool:

@@ -71,3 +71,19 @@ def test_an_input_changed_at_the_same_size_and_time_is_never_resumed(corpus_dir,
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     with pytest.raises(ValueError, match=f"whether {source} changed since cannot be told"):
         shard_corpus([source], tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
+
+
+def test_finished_shards_go_on_record_at_most_every_so_often(corpus_dir, tokenizer_dir, tmp_path,
+                                                              monkeypatch):
+    """The manifest (an entry a shard) was rewritten after every shard: quadratic in many small files."""
+    real, written = shards._write_manifest, []
+    monkeypatch.setattr(shards, "_write_manifest", lambda out, m: written.append(out) or real(out, m))
+    monkeypatch.setattr(shards, "RECORD_EVERY_S", 1e9)
+    made = shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, tmp_path / "a", shard_bytes=20_000,
+                        log=lambda m: None)
+    assert len(made["shards"]) >= 3 and len(written) == 2  # the plan, then the finished run
+    monkeypatch.setattr(shards, "RECORD_EVERY_S", 0.0)  # every shard on record as it lands
+    written.clear()
+    again = shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, tmp_path / "b", shard_bytes=20_000,
+                         log=lambda m: None)
+    assert len(written) == len(again["shards"]) + 2 and snapshot(tmp_path / "a") == snapshot(tmp_path / "b")

@@ -132,3 +132,19 @@ def check_input_sums(out: Path, recorded: list, files: list) -> None:
         if got != want:
             raise ValueError(f"{out} holds shards of other inputs, options or tokenizer ({entry['path']} "
                              f"changed since: its bytes, at the same size and time); use another out (--out)")
+
+
+def spelled(manifest: dict) -> bool:
+    """Whether a manifest's shards keep their <UNK> words' spellings (a word tokenizer's, v2)."""
+    return manifest.get("spelled") is True
+
+
+def changed_header(manifest: dict, header: dict) -> str:
+    """What of `header` the recorded manifest differs in: the first input changed since, by name."""
+    key = next(k for k in header if manifest.get(k) != header[k])
+    was = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
+    new = [i["path"] for i in header["inputs"] if i not in was]
+    if key in ("version", "spelled") and spelled(header):
+        return "they are v1 word shards, written before shards kept the spellings of <UNK> words"
+    return (f"{new[0]} is new or changed since (size or time)" if key == "inputs" and new
+            else f"its {key} differs")

@@ -29,6 +29,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
@@ -41,8 +42,8 @@ from lmforge.config.options import checked_argument
 from lmforge.data.corpus import SHARD_FORMAT, CorpusWarning, ReadOptions, read_range
 from lmforge.data.shard_oov import (OOV_SUFFIXES, PAIR, encode_documents, keeps_spellings, oov_records,
                                     sentence_parts)
-from lmforge.data.shard_out import (check_input_sums, input_sums, plan, run_settings, shard_inputs,
-                                    split_points)  # noqa: F401 (shards.*)
+from lmforge.data.shard_out import (changed_header, check_input_sums, input_sums, plan, run_settings,  # noqa: F401
+                                    shard_inputs, spelled, split_points)  # (shards.*)
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes
@@ -60,11 +61,6 @@ BATCH_SENTENCES = 4096  # sentences tokenised per encode_batch call
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every id fits in 16 bits, else uint32 (little-endian)."""
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
-
-
-def spelled(manifest: dict) -> bool:
-    """Whether a manifest's shards keep their <UNK> words' spellings (a word tokenizer's, v2)."""
-    return manifest.get("spelled") is True
 
 
 def suffixes(is_spelled: bool) -> tuple:
@@ -249,6 +245,11 @@ def _check_shape(path: Path, manifest: dict) -> None:
         raise ShardError(f"{path} is damaged: \"spelled\" does not go with v{manifest['version']}")
 
 
+# finished shards go on record at most this often: a manifest (an entry a shard) rewritten after every
+# shard made a run of many small files quadratic (100,000 files: over 28 minutes)
+RECORD_EVERY_S = 1.0
+
+
 def _write_manifest(out: Path, manifest: dict) -> None:
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
 
@@ -264,17 +265,6 @@ def _header(files: list, tokenizer, tok_sha: str, opts: ReadOptions, shard_bytes
             "shard_bytes": shard_bytes, "inputs": inputs, **({"spelled": True} if spelt else {})}
 
 
-def _changed(manifest: dict, header: dict) -> str:
-    """What of `header` the recorded manifest differs in: the first input changed since, by name."""
-    key = next(k for k in header if manifest.get(k) != header[k])
-    was = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
-    new = [i["path"] for i in header["inputs"] if i not in was]
-    if key in ("version", "spelled") and spelled(header):
-        return "they are v1 word shards, written before shards kept the spellings of <UNK> words"
-    return (f"{new[0]} is new or changed since (size or time)" if key == "inputs" and new
-            else f"its {key} differs")
-
-
 def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -> dict:
     """The manifest to continue: the recorded one when it matches these inputs, else a new plan."""
     text = tokenizer.backend.to_str(pretty=True)
@@ -286,7 +276,7 @@ def _prepare(files, tokenizer, out: Path, opts: ReadOptions, shard_bytes: int) -
                                          else i for i in recorded]}  # size and time first: no file read
         if {k: stated.get(k) for k in header} != header:
             raise ValueError(f"{out} holds shards of other inputs, options or tokenizer "
-                             f"({_changed(stated, header)}); use another out (--out)")
+                             f"({changed_header(stated, header)}); use another out (--out)")
         check_input_sums(out, recorded, files)
         return manifest
     header["inputs"] = [{**i, "sha256": s} for i, s in zip(header["inputs"], input_sums(files))]
@@ -331,19 +321,23 @@ def shard_corpus(files, tokenizer, out, workers: int = 1, options: ReadOptions |
 
 
 def _write_all(out: Path, manifest: dict, jobs: list, workers: int, log) -> None:
-    """Run the jobs, recording each finished shard in the manifest as it lands. An interrupted run (Ctrl-C,
-    an error) leaves its finished shards on record and no temporary file, its workers' included."""
+    """Run the jobs, recording finished shards in the manifest as they land (at most every RECORD_EVERY_S;
+    the caller records the last). An interrupted run (Ctrl-C, an error) leaves its finished shards on record
+    and no temporary file, its workers' included; a killed one redoes the last second's shards."""
     index = {s["name"]: i for i, s in enumerate(manifest["shards"])}
-    entries = _run(jobs, workers)
+    entries, recorded = _run(jobs, workers), time.monotonic()
     try:
         for entry in entries:
             manifest["shards"][index[entry["name"]]] = entry
-            _write_manifest(out, manifest)  # a finished shard is on record before the next one lands
+            if time.monotonic() - recorded >= RECORD_EVERY_S:
+                _write_manifest(out, manifest)
+                recorded = time.monotonic()
             for message in entry["problems"]:
                 warnings.warn(message, CorpusWarning, stacklevel=3)
             log(f"{entry['name']}: {entry['documents']} documents, {entry['tokens']} tokens")
     except BaseException:
         entries.close()  # the pool's workers end (terminated, joined) before their files are removed
+        _write_manifest(out, manifest)
         for job in jobs:
             for suffix in suffixes(spelled(manifest)):
                 (out / f"{job['name']}{suffix}.tmp").unlink(missing_ok=True)

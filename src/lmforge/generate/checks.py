@@ -9,7 +9,7 @@ import torch
 
 from lmforge.config.options import OptionsError
 from lmforge.generate.call_options import checked_call_value
-from lmforge.generate.options import OFF, GenerationOptions, GenerationWarning
+from lmforge.generate.options import MAX_SEQUENCES, OFF, GenerationOptions, GenerationWarning
 from lmforge.model import EncoderDecoder, Transformer
 
 
@@ -160,3 +160,11 @@ def _start_from_pad(options: GenerationOptions, cfg) -> int:
     warnings.warn(f"the decoder starts from the pad token (id {pad}), as T5 does: the config names no "
                   "decoder_start_token_id", GenerationWarning)  # one place: said once, however many calls
     return int(pad)
+
+
+def check_sequences(prompts: int, copies: int) -> None:
+    """Refuse a call that would run more than MAX_SEQUENCES sequences at once (`prompts` rows, `copies` beams
+    or returned sequences each): an OptionsError naming input_ids, before any model call."""
+    if prompts * copies > MAX_SEQUENCES:
+        raise OptionsError(f"{prompts} prompts x {copies} sequences each is {prompts * copies} sequences at "
+                           f"once, more than {MAX_SEQUENCES}: give fewer prompts a call", "input_ids")

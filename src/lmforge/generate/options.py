@@ -27,6 +27,10 @@ from lmforge.utils.jsonfile import json_object
 
 MAX_NEW_TOKENS = 4096  # new tokens one request may ask for (a server's Limits may ask fewer)
 MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x length x vocabulary
+# sequences one call runs at once (prompts x beams or returned sequences): each step's logits hold a row
+# of vocab_size floats for each (65,536 x GPT-2's 50,257: 13 GB); 200,000 prompts x 64 beams asked
+# torch for 100 GB and failed as a RuntimeError naming nothing
+MAX_SEQUENCES = 1 << 16
 EARLY_STOPPING = (True, False, "never")
 FILE = "generation_config.json"
 REFERENCE_TOP_K = 50  # the reference's GenerationConfig.top_k when a file names none

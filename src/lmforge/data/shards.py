@@ -42,8 +42,8 @@ from lmforge.config.options import checked_argument
 from lmforge.data.corpus import SHARD_FORMAT, CorpusWarning, ReadOptions, read_range
 from lmforge.data.shard_oov import (OOV_SUFFIXES, PAIR, encode_documents, keeps_spellings, oov_records,
                                     sentence_parts)
-from lmforge.data.shard_out import (changed_header, check_input_sums, input_sums, plan, run_settings,  # noqa: F401
-                                    shard_inputs, spelled, split_points)  # (shards.*)
+from lmforge.data.shard_out import (changed_header, check_input_sums, input_sums, plan,  # noqa: F401
+                                    run_settings, shard_inputs, spelled, split_points)  # (shards.*)
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import refuse_link, remove_path, replace_dir
 from lmforge.utils.checksum import sha256 as _sha256  # a name of its own: tests count the files it hashes

@@ -15,7 +15,7 @@ import torch
 
 from lmforge.config.options import OptionsError
 from lmforge.generate.beam import Beams, beam_search
-from lmforge.generate.checks import check_call, check_for_model, check_prompt, check_sequences
+from lmforge.generate.checks import check_call, check_for_model, check_prompt, sequences_each
 from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.generate.options import GenerationOptions, refuse_unused
 from lmforge.generate.processors import Constraints
@@ -133,8 +133,7 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     if options.num_beams > 1 and streamer is not None:
         raise OptionsError(f"num_beams={options.num_beams} with a streamer: beam search knows its best "
                            "hypothesis only at the end; give num_beams=1 to stream", "num_beams")
-    copies = options.num_beams if options.num_beams > 1 else options.num_return_sequences
-    check_sequences(input_ids.shape[0], copies)
+    copies = sequences_each(input_ids.shape[0], options)
     projection = VocabProjection(model.heads[lm_head_name(model)], projection, steps=options.max_new_tokens)
     modes = [(module, module.training) for module in model.modules()]  # each module's own, restored
     try:

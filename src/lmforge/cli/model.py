@@ -41,11 +41,14 @@ def cmd_inspect(args) -> None:
     from lmforge.pipelines.summary import describe, heads_summary, parameter_counts, quantization_summary
 
     path = Path(args.model)
-    if args.model not in PRESETS and not path.exists() and ("/" in args.model or os.sep in args.model):
+    # an installed model's name (all-MiniLM-L6-v2) reads its package's folder, as every --model does
+    installed = args.model not in PRESETS and not path.exists() and model_dir(args.model) is not None
+    if args.model not in PRESETS and not path.exists() and not installed and (
+            "/" in args.model or os.sep in args.model):
         # a path, not a preset name: the closest preset names would not help
         raise UsageError(f"{args.model}: no such model directory or config file")
     overrides = {**read_config_file(args.config), **parse_overrides(args.overrides)}
-    folder = path.is_dir() and args.model not in PRESETS  # a preset name wins (resolve_config)
+    folder = installed or path.is_dir() and args.model not in PRESETS  # a preset name wins (resolve_config)
     model = load_model(args.model) if folder else None  # a directory: its int8 layers are reported too
     cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
     try:
@@ -318,7 +321,8 @@ def add_parsers(sub) -> None:
     # the epilog lists every field an override may name, with its default (as pretrain's and finetune's do)
     p = sub.add_parser("inspect", help="architecture, parameter count and FLOPs of a model",
                        epilog=options_epilog("model"), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="preset name, lmforge directory or config JSON")
+    p.add_argument("model", help="preset name, model directory (lmforge or Hugging Face), installed "
+                   "model (all-MiniLM-L6-v2) or config JSON")
     p.add_argument("overrides", nargs="*", help="field=value overrides of the model config fields listed "
                    "below")
     p.add_argument("--config", help="YAML/JSON file of field overrides")

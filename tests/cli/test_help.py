@@ -51,3 +51,10 @@ def test_every_flag_says_what_it_is_and_its_default_the_one_way():
 def test_every_command_has_a_summary():
     for parser, summary in _parsers(build_parser()):
         assert summary and summary.strip(), parser.prog
+
+
+def test_embed_s_model_help_names_every_kind_of_folder_it_reads():
+    embed = next(action for prog, action in _flags() if prog == "lmforge embed" and "--model" in
+                 action.option_strings)
+    for kind in ("sentence-transformers", "Hugging Face", "lmforge", "all-MiniLM-L6-v2"):
+        assert kind in embed.help, kind  # lmforge's own folders were left out, which it reads as well

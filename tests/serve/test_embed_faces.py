@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,3 +88,18 @@ def test_the_three_faces_accept_and_refuse_alike(faces, request):
         assert python in request, (request, python)
         assert any(f"--{name.replace('_', '-')}" in cli or name in cli for name in request), (request, cli)
         assert any(name in server for name in request), (request, server)
+
+
+def test_a_prompt_that_fills_the_window_is_refused_naming_prompt_on_every_face(faces):
+    """A prompt whose tokens, with the special ones, fill max_length left truncate=true nothing of the text:
+    every text got the prompt's one vector, on all three faces; now each refuses it naming prompt."""
+    path, client = faces
+    prompt = "the " * 40  # 40 tokens; the model reads 32
+    python, cli = _python(path, {"prompt": prompt, "truncate": True}), _cli(path, {"prompt": prompt,
+                                                                                   "truncate": True})
+    server = _server(client, {"prompt": prompt, "truncate": True})
+    assert python == "prompt" and "--prompt" in cli and server.startswith("prompt: "), (python, cli, server)
+    assert _server(client, {"prompt": "the " * 6, "max_length": 8, "truncate": True}).startswith("prompt: ")
+    room = lmforge.embed([TEXT, "a dog"], path, prompt="the " * 6, max_length=9, truncate=True)
+    assert not torch.equal(room[0], room[1])  # one token of room: each text still read
+    assert _server(client, {"prompt": prompt, "truncate": "chunk"}) is None  # its later windows read the text

@@ -236,6 +236,7 @@ class SentenceEncoder:
         if self.lowercase:  # counted and windowed as encode will read them
             texts = [t.lower() for t in texts]
         limit = self._limit(max_length)
+        self.check_prompt_room(prefix, options, limit)
         counts = [len(self.tokenizer.encode(t).ids) for t in texts]
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
@@ -255,6 +256,21 @@ class SentenceEncoder:
         vectors = leading(pooled, options.dimensions or pooled.shape[1], options.normalize)  # Matryoshka
         truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
         return Embedded(vectors.float().cpu(), counts, truncated, chunks, options, self.path)
+
+    def check_prompt_room(self, prefix: str, options: EmbedOptions, limit: int | None) -> None:
+        """OptionsError naming prompt (prompt_name for a named or the model's default one) where the prompt
+        and the special tokens fill the `limit` a text may have: cut there, every text read as the prompt
+        alone, one vector for all texts (a chunked text's later windows do read it: not refused)."""
+        if not prefix or not limit or options.truncate == "chunk":
+            return
+        found = self.tokenizer.encode(prefix.lower() if self.lowercase else prefix, add_special_tokens=False)
+        specials = self.tokenizer.backend.num_special_tokens_to_add(False)
+        if len(found.ids) + specials >= limit:
+            named = options.prompt is None
+            said = f"prompt_name={options.prompt_name or self.default_prompt!r}" if named else "prompt"
+            raise OptionsError(f"{said} is {len(found.ids)} tokens: with the model's {specials} special "
+                               f"tokens it fills the {limit} a text may have, leaving none for the text",
+                               "prompt_name" if named else "prompt")
 
     def _prompt_tokens(self, prefix: str) -> int:
         """The tokens of `prefix` alone, less a closing special token ([SEP], </s>): the leading tokens

@@ -112,12 +112,13 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
     """(vectors in the options' encoding, tokens read, each input's InputInfo) of `texts`, batched with
     whatever else is queued for the model with the same options."""
     check_count(len(texts), server.limits, field)
+    bound, chunk = length_bound(options.max_length, served), options.truncate == "chunk"
     try:
         prefix = prompt_of(options, served.encoder.prompts, served.encoder.default_prompt)
+        served.encoder.check_prompt_room(prefix, options, bound.tokens)  # as lmforge.embed refuses it
         options = dataclasses.replace(options, prompt="", prompt_name=None)  # the prefix is in the texts now
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
-    bound, chunk = length_bound(options.max_length, served), options.truncate == "chunk"
     most = bound.tokens * options.chunk_limit() if chunk else bound
     texts, counts = await clip(server, served, [prefix + t for t in texts], bool(options.truncate), most)
     if chunk and any(n > most for n in counts):

@@ -53,3 +53,16 @@ def test_the_python_face_raises_the_typed_error():
     with pytest.raises(OptionsError, match="names layer 0 twice") as err:
         lmforge.features(["the cat sat"], model, layers="0,0,0")
     assert err.value.field == "layers"
+
+
+@pytest.mark.parametrize("given, read", [("2.0", 2), (" -1.0 ", -1), ([0, 2.0], [0, 2]), ((1.0,), [1])])
+def test_layers_reads_a_whole_number_as_layers_2_0_is_read(given, read):
+    """layers=2.0 was layer 2 (lmforge.features, POST /features) while `lmforge features --layers 2.0` and
+    layers=[0, 2.0] were refused: a whole float's text and a list's whole floats read as their ints too."""
+    assert FeatureOptions(layers=given).layers == read
+    assert FeatureOptions.build(fields={"layers": given}, from_text=True).layers == read  # the command line's
+    assert FeatureOptions(layers=given).chosen(3) == FeatureOptions(layers=read).chosen(3)
+    for bad in ("2.5", "2.", [0, 2.5], "1e0"):  # a fraction, or no digit after the point: still refused
+        with pytest.raises(OptionsError, match="layers") as err:
+            FeatureOptions(layers=bad)
+        assert err.value.field == "layers"

@@ -19,7 +19,7 @@ from itertools import pairwise
 from typing import Optional, Union
 
 from lmforge.config.model import MAX_LAYERS, MAX_LEN
-from lmforge.config.options import Items, OptionsError, check_options, option, with_changes
+from lmforge.config.options import Items, OptionsError, check_options, option, whole_number, with_changes
 
 TEXT_POOLINGS = ("none", "mean", "max", "mean_max", "cls", "sep", "last")
 WORD_POOLINGS = ("first", "mean", "last")
@@ -29,6 +29,7 @@ MAX_WEIGHT = 100.0  # |s_j| and |gamma|: softmax saturates long before
 # ASCII digits only, as attention's layer_list reads them (a str's \d took "２" and "١" as 2 and 1)
 _INDEX = re.compile(r"-?\d{1,7}", re.ASCII)
 _RANGE = re.compile(r"(\d{1,7})-(\d{1,7})", re.ASCII)
+_WHOLE = re.compile(r"(-?\d{1,7})\.0+", re.ASCII)  # "2.0": a command line's text of layers=2.0
 
 
 @dataclass
@@ -96,6 +97,7 @@ def _checked_spec(spec):
         _index(str(spec))
         return spec
     if isinstance(spec, (list, tuple)):
+        spec = [whole_number(i) for i in spec]  # [0, 2.0] is [0, 2], as layers=2.0 is layer 2
         if not 0 < len(spec) <= MAX_LAYERS or not all(isinstance(i, int) and not isinstance(i, bool)
                                                       for i in spec):
             raise OptionsError(f"layers must be a list of 1 to {MAX_LAYERS} integers, got {str(spec)[:60]}",
@@ -109,6 +111,8 @@ def _checked_spec(spec):
         raise OptionsError(f"layers has {len(text)} characters, more than {MAX_SPEC_CHARS}", "layers")
     if text in ("all", "mix"):
         return text
+    if _WHOLE.fullmatch(text):  # the whole number's text, read as the number is (a count flag's "3.0" too)
+        return _checked_spec(int(_WHOLE.fullmatch(text)[1]))
     _once(text, _parts(text))
     return text
 

@@ -37,6 +37,13 @@ def test_bad_arguments_name_themselves_before_the_model_is_read(tmp_path, argume
     assert refused.value.field == field and "\n" not in str(refused.value)
 
 
+def test_a_query_that_is_not_unicode_is_named_as_the_query_not_an_item_of_a_list(tmp_path):
+    """The query is one text: its refusal said "query[0] is not valid Unicode", an index of no list."""
+    with pytest.raises(OptionsError, match=r"^query is not valid Unicode") as refused:
+        lmforge.rerank(tmp_path / "missing", "a \ud800", DOCS)
+    assert refused.value.field == "query"
+
+
 def test_every_batch_size_gives_one_ranking_of_the_documents(reranker):
     ranked = lmforge.rerank(reranker, QUERY, DOCS)
     assert sorted(i for i, _ in ranked) == list(range(len(DOCS)))

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lmforge.config.options import (OptionsError, check_options, checked_argument, checked_texts,
-                                    named_keywords, option, with_changes)
+from lmforge.config.options import (OptionsError, check_options, checked_argument, checked_text,
+                                    checked_texts, named_keywords, option, with_changes)
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
 from lmforge.tasks.classify import checked_activation
 
@@ -123,7 +123,7 @@ def _check_request(query, documents, batch_size) -> tuple:
     batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
     if not isinstance(query, str) or not query.strip():
         raise OptionsError("query must be non-empty text", "query")
-    checked_texts([query], "query")  # a lone surrogate failed in the tokenizer
+    checked_text(query, "query")  # a lone surrogate failed in the tokenizer (said as query, not query[0])
     return checked_texts(documents, "documents", one=False), batch_size
 
 

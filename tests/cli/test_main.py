@@ -10,7 +10,9 @@ from lmforge.cli import main, one_line
      "--mode int4: not one of dynamic, weight-only"),
     (["prune", "--sparsity", "abc"], "--sparsity abc: must be a number"),
     (["no-such-job"], "no-such-job: no such command (one of inspect, convert,"),
-    ([], "the following arguments are required: command"),
+    ([], "lmforge: error: give a command: inspect, convert, presets,"),  # was "required: command"
+    (["tokenizer"], "lmforge tokenizer: error: give a command: train (see"),  # was "required: action"
+    (["index"], "lmforge index: error: give a command: build (see"),
 ])
 def test_argument_errors_are_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:

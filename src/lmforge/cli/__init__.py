@@ -88,7 +88,18 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         """Exit with status 2 after one line naming the command, the error and where help is."""
+        message = missing_command(self, message)
         self.exit(2, f"{self.prog}: error: {one_line(as_flag_value(message))} (see {self.prog} --help)\n")
+
+
+def missing_command(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's "the following arguments are required: action" for a missing sub-command (its dest, a
+    word no help shows) said as "give a command: train, ..."; any other message as it is."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and \
+                message == f"the following arguments are required: {action.dest}":
+            return f"give a command: {', '.join(action.choices)}"
+    return message
 
 
 # argparse's refusals of a flag's value, said as the options objects' are ("--flag VALUE: rule"): the

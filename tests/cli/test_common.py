@@ -2,6 +2,7 @@
 import pytest
 
 from lmforge.cli.common import UsageError, refuse_overwrite
+from lmforge.utils.atomic import UnsafePath
 
 
 def test_an_output_that_is_or_holds_a_source_model_is_refused(tmp_path):
@@ -9,12 +10,13 @@ def test_an_output_that_is_or_holds_a_source_model_is_refused(tmp_path):
     source.mkdir(parents=True)
     (tmp_path / "afile").write_text("x")
     for out, message in [("", "--out is empty"), ("  ", "--out is empty"),
-                         (str(tmp_path / "afile"), "exists and is not a folder"),
-                         (str(source), "is or holds the source model --model"),
-                         (str(tmp_path / "run"), "is or holds the source model --model"),
-                         (str(tmp_path), "is or holds the source model --model")]:
-        with pytest.raises(UsageError, match=message):
+                         (str(tmp_path / "afile"), "exists and is not a folder")]:
+        with pytest.raises(UsageError, match=message):  # the out path itself: the command's own checks
             refuse_overwrite(out, ("--model", str(source)), kind="folder", sources=("--model",))
+    for out, relation in [(source, "is"), (tmp_path / "run", "holds"), (tmp_path, "holds")]:
+        with pytest.raises(UnsafePath, match=f"^--out {out} {relation} the input --model {source}: ") as err:
+            refuse_overwrite(str(out), ("--model", str(source)), kind="folder", sources=("--model",))
+        assert err.value.field == "--out"  # the output's name: the flag
     # a data input is no source model: an output folder may hold it where it writes no name over it
     refuse_overwrite(str(tmp_path / "run"), ("--data", str(source)), writes=("report.json",))
 
@@ -41,9 +43,9 @@ def test_refuse_overwrite_refuses_a_file_of_an_input_folder_and_accepts_a_new_on
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    with pytest.raises(UsageError, match="would write over the input --model"):
+    with pytest.raises(UnsafePath, match="lies inside the input --model"):
         refuse_overwrite(model / "config.json", ("--model", str(model)))
-    with pytest.raises(UsageError, match="would write over the input --model"):  # a name the job writes
+    with pytest.raises(UnsafePath, match="lies inside the input --model"):  # a name the job writes
         refuse_overwrite(model, ("--model", str(model / "..")), writes=("config.json",))
     refuse_overwrite(model / "view.html", ("--model", str(model)))  # a new file beside the inputs: fine
 
@@ -56,7 +58,7 @@ def test_refuse_overwrite_refuses_a_written_name_hard_linked_to_an_input(tmp_pat
     (tmp_path / "train.jsonl").write_text("{}")
     os.link(tmp_path / "train.jsonl", tmp_path / "out" / "metrics.jsonl")
     train = str(tmp_path / "train.jsonl")
-    with pytest.raises(UsageError, match="would write over the input --train"):
+    with pytest.raises(UnsafePath, match="holds the input --train"):
         refuse_overwrite(tmp_path / "out", ("--train", train), writes=("metrics.jsonl",))
     refuse_overwrite(tmp_path / "out", ("--train", train), writes=("final",))
 
@@ -73,9 +75,9 @@ def test_refuse_overwrite_judges_a_rerun_as_its_first_run(tmp_path):
             refuse_overwrite(model / report, ("--model", str(model)), kind="file")
         (model / "preds.jsonl").write_text("a report")
         for name in ("config.json", "vocab.txt", "model.safetensors"):  # written yet or not: the model's
-            with pytest.raises(UsageError, match="would write over the input --model"):
+            with pytest.raises(UnsafePath, match="lies inside the input --model"):
                 refuse_overwrite(model / name, ("--model", str(model)), kind="file")
-        with pytest.raises(UsageError, match="lies inside the input folder --data .*, every file of which"):
+        with pytest.raises(UnsafePath, match="lies inside the input --data .*: the job would write over a "):
             refuse_overwrite(data / "out.txt", ("--data", str(data)), kind="file")
         (data / "out.txt").write_text("would be read as data")
 
@@ -388,7 +390,7 @@ def test_a_source_models_written_names_are_judged_by_utils_atomic_writes_over(tm
     source.mkdir()
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "model").symlink_to(source, target_is_directory=True)
-    with pytest.raises(UsageError, match="is or holds the source model --model"):
+    with pytest.raises(UnsafePath, match="holds the input --model"):
         refuse_overwrite(str(tmp_path / "out"), ("--model", str(source)), writes=("model", "report.json"),
                          sources=("--model",))
     refuse_overwrite(str(tmp_path / "out"), ("--model", str(source)), writes=("report.json",),

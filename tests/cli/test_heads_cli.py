@@ -15,7 +15,7 @@ def model(tmp_path, monkeypatch):
 @pytest.mark.parametrize("flags, words", [
     (["--out", ""], "--out is empty"),
     (["--out", "afile"], "--out afile: exists and is not a folder"),
-    (["--out", "model"], "is or holds the source model"),
+    (["--out", "model"], "--out model is the input --model model: "),
     (["--out", "o", "--step", "0"], "--step 0: a fraction of the heads masked per level, in (0, 1)"),
     (["--out", "o", "--step", "1"], "--step 1: a fraction"),  # as typed, not 1.0
 ])

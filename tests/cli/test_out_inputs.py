@@ -48,8 +48,7 @@ def test_an_input_at_a_name_the_job_writes_is_refused(tmp_path, monkeypatch, mod
         given.write_text("{}\n")
     before = sorted(p.name for p in out.iterdir())
     line = cli_verdict([*argv, flag, str(given), "--out", str(out)], {})
-    assert line is not None and "would write over the input" in line, line
-    assert flag in line and "--out" in line, line
+    assert line is not None and f"--out {out} " in line and f"the input {flag} {given}: " in line, line
     assert sorted(p.name for p in out.iterdir()) == before  # nothing written
     if name not in (".", "final", "index"):
         assert given.read_text() == "{}\n"
@@ -61,7 +60,8 @@ def test_an_out_inside_the_passages_folder_is_refused(tmp_path, argv):
     corpus.mkdir()
     (corpus / "a.txt").write_text("the cat sat on the mat .\n")
     line = cli_verdict([*argv, "--passages", str(corpus), "--out", str(corpus / "run")], {})
-    assert line is not None and "lies inside the input folder --passages" in line, line
+    said = f"--out {corpus / 'run'} lies inside the input --passages {corpus}: "
+    assert line is not None and said in line, line
     assert [p.name for p in corpus.iterdir()] == ["a.txt"]  # a later run would read OUT's files as text
 
 
@@ -87,7 +87,7 @@ def test_a_hard_link_of_an_input_at_a_written_name_is_refused(tmp_path, monkeypa
     os.link(data, out / name)
     argv = [a.replace("{model}", str(model)) for a in argv]
     line = cli_verdict([*argv, flag, str(data), "--out", str(out)], {})
-    assert line is not None and "would write over the input" in line and flag in line, line
+    assert line is not None and f"--out {out} holds the input {flag} {data}: " in line, line
     assert data.read_text() == "{}\n" and [p.name for p in out.iterdir()] == [name]
 
 
@@ -110,5 +110,39 @@ def test_a_written_name_linked_to_the_source_model_is_refused(tmp_path, monkeypa
     (out / name).symlink_to(model, target_is_directory=True)
     before = sorted(p.name for p in model.iterdir())
     line = cli_verdict([*(a.replace("{model}", str(model)) for a in argv), "--out", str(out)], {})
-    assert line is not None and "is or holds the source model" in line, line
+    flag = "--teacher" if argv[0] == "distill" else "--model"
+    assert line is not None and f"--out {out} holds the input {flag} {model}: " in line, line
     assert sorted(p.name for p in model.iterdir()) == before and (out / name).is_symlink()
+
+
+# a job's command (argv before --out) and how an out that meets its --model meets it
+SAME_JOB = {
+    "quantize": (["quantize", "--model", "{model}"], "holds"),
+    "retrieve ict": (["retrieve", "ict", "--model", "{model}", "--steps", "1"], "is"),
+}
+
+
+@pytest.mark.parametrize("job", SAME_JOB)
+def test_one_overlap_is_refused_in_one_wording_by_the_command_and_by_python(model, job):
+    """The command line and its Python job (run_quantize, run_ict) refuse the same out by one function
+    (utils.apart), in one wording: the command's line is Python's message with the flags for the fields."""
+    from lmforge.compress.quantize_report import run_quantize
+    from lmforge.retrieval.jobs import run_ict
+    from lmforge.train import TrainConfig
+    from lmforge.utils.apart import WHY
+    from lmforge.utils.atomic import UnsafePath
+
+    argv, relation = SAME_JOB[job]
+    out = model.parent if relation == "holds" else model
+    before = sorted(p.name for p in model.parent.rglob("*"))
+
+    def words(out_name: str, model_name: str) -> str:
+        return (f"{out_name} {out} {relation} the input {model_name} {model}: {WHY[relation]}; "
+                f"choose another {out_name}")
+
+    line = cli_verdict([*(a.replace("{model}", str(model)) for a in argv), "--out", str(out)], {})
+    assert line == f"lmforge {job}: error: {words('--out', '--model')}\n"
+    with pytest.raises(UnsafePath) as err:
+        run_quantize(model, out) if job == "quantize" else run_ict(str(model), out, TrainConfig(steps=1))
+    assert str(err.value) == words("out", "model") and err.value.field == "out"
+    assert sorted(p.name for p in model.parent.rglob("*")) == before  # nothing written by either

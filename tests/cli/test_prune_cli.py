@@ -66,14 +66,15 @@ def test_unsafe_out_folders_are_refused_up_front(tuned, tmp_path, capsys):
     before = (source / "model" / "model.safetensors").read_bytes()
     afile = tmp_path / "afile"
     afile.write_text("x")
-    for out, words in (("", "is empty"), (afile, "not a folder"), (source, "holds the source"),
-                       (source / "model", "holds the source")):
+    for out, words in (("", "is empty"), (afile, "not a folder"),
+                       (source, f"holds the input --model {source / 'model'}: "),
+                       (source / "model", f"is the input --model {source / 'model'}: ")):
         assert _prune(source / "model", dev, out) == 2
         assert "--out" in (err := _one_line_error(capsys)) and words in err
     assert (source / "model" / "model.safetensors").read_bytes() == before and afile.read_text() == "x"
     assert main(["heads", "--model", str(source / "model"), "--data", str(dev), "--prune", "0.3",
                  "--out", str(source)]) == 2
-    assert "holds the source" in _one_line_error(capsys)
+    assert f"--out {source} holds the input --model {source / 'model'}: " in _one_line_error(capsys)
 
 
 @pytest.mark.parametrize("method, extra, option", [

@@ -40,7 +40,8 @@ def test_an_output_folder_that_is_or_holds_the_source_or_is_no_folder_is_refused
     source.mkdir(parents=True)
     afile = tmp_path / "afile"
     afile.write_text("x")
-    for out, words in ((source, "is or holds the source"), (tmp_path / "p", "is or holds the source"),
+    for out, words in ((source, f"^out {source} is the input model {source}: "),
+                       (tmp_path / "p", f"^out {tmp_path / 'p'} holds the input model {source}: "),
                        ("", "is empty"), (" ", "is empty"), (None, "must be a folder path"),
                        (afile, "not a folder"), (afile / "sub", "is a file")):
         with pytest.raises(UnsafePath, match=words) as err:
@@ -61,7 +62,7 @@ def test_an_output_folder_whose_written_model_is_the_source_by_a_link_is_refused
     (tmp_path / "other").mkdir()
     out.mkdir()
     (out / "model").symlink_to(source, target_is_directory=True)
-    with pytest.raises(UnsafePath, match=f"^out {out}: is or holds the source model") as err:
+    with pytest.raises(UnsafePath, match=f"^out {out} holds the input model {source}: ") as err:
         output_folder(out, source, ("model", "prune.json"))
     assert err.value.field == "out"
     assert output_folder(out, tmp_path / "other", ("model",)) == out

@@ -95,7 +95,7 @@ def test_an_out_that_holds_the_source_model_is_refused_by_both_jobs_before_any_w
                                           sparse_cfg=SparseConfig(method="magnitude", sparsity=0.5))
         for job in (lambda: run_prune(source, [], out, "ffn", 0.5), lambda: run_quantize(source, out),
                     sparse):
-            with pytest.raises(UnsafePath, match="holds the source model") as err:
+            with pytest.raises(UnsafePath, match=f"^out {out} (is|holds) the input model(_dir)? ") as err:
                 job()
             assert err.value.field == "out"
     assert sorted(p.name for p in source.iterdir()) == before and sorted(source.parent.iterdir()) == [source]

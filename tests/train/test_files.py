@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lmforge.cli import main
-from lmforge.cli.common import UsageError, refuse_overwrite
+from lmforge.cli.common import refuse_overwrite
 from lmforge.retrieval.evaluate import write_table
 from lmforge.train import Trainer
 from lmforge.train.checkpoint import STATE_KEY, CheckpointCorrupt, read_checkpoint
@@ -113,14 +113,14 @@ def test_an_output_that_is_an_input_is_refused_naming_both_and_the_input_kept(tm
     assert err.count("\n") == 1 and f"--out {data}" in err and f"--data {data}" in err
     assert data.read_text() == "text,label\nhello,1\n"
     (tmp_path / "metrics.jsonl").write_text("{}")
-    with pytest.raises(UsageError, match="--out .* would write over the input --train .*metrics.jsonl"):
+    with pytest.raises(UnsafePath, match="--out .* holds the input --train .*metrics.jsonl"):
         refuse_overwrite(tmp_path, ("--train", tmp_path / "metrics.jsonl"), writes=("metrics.jsonl",))
     (tmp_path / "final").mkdir()
     (tmp_path / "final" / "train.jsonl").write_text("{}")
-    with pytest.raises(UsageError, match="--train"):  # inside a folder the job replaces
+    with pytest.raises(UnsafePath, match="--train"):  # inside a folder the job replaces
         refuse_overwrite(tmp_path, ("--train", str(tmp_path / "final" / "train.jsonl")), writes=("final",))
     (tmp_path / "link.csv").symlink_to(data)
-    with pytest.raises(UsageError, match="--data"):  # through a link
+    with pytest.raises(UnsafePath, match="--data"):  # through a link
         refuse_overwrite(tmp_path / "link.csv", ("--data", [str(data)]))
     refuse_overwrite(tmp_path / "other.csv", ("--data", str(data)), ("--model", "bert-base"),
                      ("--valid", None))  # another file, a preset name, an option not given: nothing refused

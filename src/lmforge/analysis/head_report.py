@@ -90,7 +90,7 @@ def run_heads(model_dir, records: list, out, kind: str | None = None, importance
     """Importance, the importance curve, `random_orders` random-order curves (seeds seed, seed + 1,
     ...; their mean and sd per level) and (with prune or until) the physically pruned model."""
     # out apart from the model read, as --out is: OUT/pruned would replace a model folder of that name
-    o, out = options or HeadsOptions(), output_folder(out, resolve_dir(model_dir), HEADS_WRITES)
+    o, out = options or HeadsOptions(), output_folder(out, resolve_dir(model_dir), HEADS_WRITES, "model_dir")
     # the records checked before the model is loaded (as prune's), by the kind its folder's task.json says
     records, imp = _given(model_dir, kind, records, importance_records)
     out.mkdir(parents=True, exist_ok=True)

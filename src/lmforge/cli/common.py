@@ -15,8 +15,8 @@ from lmforge.config import ModelConfig
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS, TrainConfig, check_ranks
-from lmforge.utils.atomic import blocking_parent, overlap, writes_over
-from lmforge.utils.model_folder import inside_job_folder
+from lmforge.utils.apart import refuse_writing_over
+from lmforge.utils.atomic import blocking_parent, overlap
 from lmforge.utils.yamltext import load_yaml
 
 
@@ -268,34 +268,21 @@ def _check_out_path(path: Path, kind: str | None, option: str) -> None:
 
 def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None,
                      sources: tuple = ()) -> None:
-    """A UsageError naming both where the output `out` is one of the inputs, given as (flag, path or
-    paths or None) pairs, or is a folder the job writes the names `writes` into and one of them is or
-    holds an input, or writes a file an input folder is read from, or (the flags `sources`: the models
-    the job's output is made from) holds such an input at all (utils.atomic.writes_over, the one rule);
-    on resolved paths (links, ../ and hard links seen through), before any work. Also where `out` cannot
-    be written (kind: "file" or "folder"; a folder where `writes` are given)."""
+    """A UsageError where the output `out` cannot be written (empty; kind: "file" or "folder", a folder
+    where `writes` are given; a link, a file above it); then utils.apart.refuse_writing_over, the one
+    refusal Python's jobs raise too: UnsafePath naming `option` and the input where `out` would write over
+    one of the inputs, (flag, path or paths or None) pairs (the flags `sources`: models the output may not
+    hold at all), before any work. UnsafePath is a ValueError: the command exits 2 with its line."""
     if out is None:
         return
     if not str(out).strip():  # Path("") is the working folder: a run would write itself into it
         raise UsageError(f"{option} is empty: name the output")
     _check_out_path(Path(out), "folder" if writes else kind, option)
-    target = Path(out).resolve()
-    for flag, source, src in _on_disk(inputs):
-        model = inside_job_folder(src) if flag in MODEL_FOLDER_FLAGS else None  # where its model files lie
-        relation = writes_over(src, target, writes, model, holding=flag in sources)
-        if relation in ("is", "holds") and flag in sources:
-            raise UsageError(f"{option} {out}: is or holds the source model {flag} {source}; choose another "
-                             "folder")
-        if relation in ("is", "holds") or relation and flag in MODEL_FOLDER_FLAGS:
-            raise UsageError(f"{option} {out} would write over the input {flag} {source}; "
-                             f"choose another {option}")
-        if relation:
-            raise UsageError(f"{option} {out} lies inside the input folder {flag} {source}, every file of "
-                             f"which is read; choose an {option} outside it")
+    refuse_writing_over(out, *inputs, writes=writes, models=MODEL_FOLDER_FLAGS, holds=sources, name=option)
 
 
 # the flags that name a model (or tokenizer) folder: read from its model files only (utils.atomic.MODEL_FILES)
-MODEL_FOLDER_FLAGS = {"--model", "--tokenizer", "--teacher", "--retriever", "--generator"}
+MODEL_FOLDER_FLAGS = ("--model", "--tokenizer", "--teacher", "--retriever", "--generator")
 
 
 def _on_disk(inputs) -> list:

@@ -15,8 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
-from lmforge.utils.atomic import (UnsafePath, as_created, blocking_parent, refuse_link,
-                                  writes_over)
+from lmforge.utils.apart import refuse_writing_over
+from lmforge.utils.atomic import UnsafePath, as_created, blocking_parent, refuse_link
 
 SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
@@ -50,12 +50,12 @@ def replaced_line(dest: Path) -> str:
     return f"{dest} existed: replaced as a whole by the new model (nothing of the old folder kept)"
 
 
-def output_folder(out, source, writes: tuple = ("model",)) -> Path:
+def output_folder(out, source, writes: tuple = ("model",), field: str = "model") -> Path:
     """`out` as the folder a compression job writes OUT/model and its report into, checked before any work
     as the command line's --out is: UnsafePath naming "out" where it is no path, empty (the working
-    folder), a symbolic link, a file, under a file, or is or holds the `source` model folder (resolved;
-    None: nothing on disk), whose OUT/model would replace the model read and be measured as its own
-    "before": the rule of utils.atomic.writes_over, a name of `writes` in it (a link or bind mount too)."""
+    folder), a symbolic link, a file, under a file, or is or holds the `source` model folder (the argument
+    `field`; None: nothing on disk), whose OUT/model would replace the model read and be measured as its own
+    "before", or is one of its model files: utils.apart.refuse_writing_over, the command's refusal."""
     if not isinstance(out, (str, os.PathLike)):
         raise UnsafePath(f"out must be a folder path, got {type(out).__name__}", "out")
     if not str(out).strip():
@@ -68,11 +68,6 @@ def output_folder(out, source, writes: tuple = ("model",)) -> Path:
         raise UnsafePath(f"out {out}: exists and is not a folder", "out")
     if (blocked := blocking_parent(path)) is not None:
         raise UnsafePath(f"out {out}: {blocked}", "out")
-    if source is not None:
-        source_path, target = Path(source).resolve(), path.resolve()
-        # holding the model at all is refused, as the command's --out is, not only by a written name
-        relation = writes_over(source_path, target, writes, holding=True)
-        if relation in ("is", "holds"):
-            raise UnsafePath(f"out {out}: is or holds the source model {source}; choose another folder",
-                             "out")
+    # holding the model at all is refused, as the command's --out is, not only by a written name
+    refuse_writing_over(out, (field, source), writes=writes, models=(field,), holds=(field,))
     return path

@@ -147,7 +147,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
         raise OptionsError(f"method {method!r}: expected one of {', '.join(METHODS)}", "method")
     if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 < sparsity < 1:
         raise OptionsError(f"sparsity {sparsity!r}: the share removed, in (0, 1)", "sparsity")
-    out = output_folder(out, resolve_dir(model_dir), PRUNE_WRITES)  # before any work, as --out is
+    out = output_folder(out, resolve_dir(model_dir), PRUNE_WRITES, "model_dir")  # before any work, as --out
     refuse_quantised(model_dir)
     kind = saved_kind(model_dir, kind)
     records = given_data(records, kind)  # before any work, as --data is read

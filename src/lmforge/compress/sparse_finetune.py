@@ -266,7 +266,8 @@ def run_sparse_prune(model_dir, kind: str, train: list, valid: list | None, reco
     the pruned model side by side on `records` (the source's metric only where it was fine-tuned for
     the task); prune.json."""
     one_process("run_sparse_prune")
-    out = training_folder(output_folder(out, resolve_dir(model_dir), SPARSE_WRITES))  # never the model read
+    # never the model read
+    out = training_folder(output_folder(out, resolve_dir(model_dir), SPARSE_WRITES, "model_dir"))
     records = given_data(records, kind)  # before the training run, not after it
     summary = prune_finetune(model_dir, kind, train, valid, out, train_cfg=train_cfg, sparse_cfg=sparse_cfg,
                              task_cfg=task_cfg, resume=resume, log=log)

@@ -286,7 +286,7 @@ def distill(teacher_dir, train: list, valid: list | None, out, *, train_cfg: Tra
 def _out_apart(out, teacher_dir):
     """`out`, or UnsafePath naming "out" where it is or holds the teacher's folder (as --out is): the run's
     final/ or best/ would replace the model it distils from (compress.model_files.output_folder)."""
-    return output_folder(out, resolve_dir(teacher_dir), DISTILL_WRITES)
+    return output_folder(out, resolve_dir(teacher_dir), DISTILL_WRITES, "teacher_dir")
 
 
 def run_distill(teacher_dir, train: list, valid: list | None, records: list, out, *, train_cfg: TrainConfig,

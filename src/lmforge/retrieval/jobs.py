@@ -33,8 +33,8 @@ from lmforge.train.checkpoint import RUN_FILES, training_folder
 from lmforge.train.config import TrainConfig
 from lmforge.train.loop import Trainer
 from lmforge.train.run_folder import check_start
-from lmforge.utils.atomic import (UnsafePath, atomic_write_text, refuse_link, replace_dir,
-                                  writes_over)
+from lmforge.utils.apart import refuse_writing_over
+from lmforge.utils.atomic import atomic_write_text, refuse_link, replace_dir
 from lmforge.utils.ranks import one_process
 
 
@@ -48,7 +48,10 @@ def build_index_dir(out, source: str | None, model: str | None = None, seed: int
     one_process("build_index_dir")
     index, out = options_of(IndexOptions, index), refuse_link(out)
     seed = checked_as(TrainConfig, "seed", seed)  # the bound --seed has: True read as 1, -1 passed
-    refuse_overlap(out, ("source", source), ("model", model), writes=INDEX_WRITES, models=("model",))
+    # every input judged whole (a model folder is read by its layout: a retriever's passage/), and never
+    # held by out: a later run would read it back
+    refuse_writing_over(out, ("source", named_path(source)), ("model", model), writes=INDEX_WRITES,
+                        holds=True)
     if options and not model:
         raise OptionsError(f"encoder options {sorted(options)} need a model to embed with",
                            min(options))
@@ -85,24 +88,13 @@ RUN_WRITES = (*RUN_FILES, "eval", "retriever", "index", "recall.json", "reader.j
 INDEX_WRITES = ("passages.jsonl", "bm25", "dense", "index.json")
 
 
-def refuse_overlap(out, *inputs, writes: tuple = RUN_WRITES, models: tuple = ()) -> None:
-    """UnsafePath (field "out") where writing `out` (the names `writes` in it) would write over an input,
-    of (field, path or name) pairs (utils.atomic.writes_over, the command's rule: `models` the fields of
-    model folders), or `out` holds an input: the run would write over it, or a later run read its files
-    back as passages or questions."""
-    out = Path(out).resolve()
-    for field, given in inputs:
-        if given is None or given in ("builtin", "gcide") or not Path(given).exists():
-            continue
-        source = Path(given).resolve()
-        # a model folder is judged whole, every path in it: it is read by its layout (a retriever's passage/)
-        relation = writes_over(source, out, writes, holding=True)  # holding it at all: a later run reads it
-        why = "the run would write over it or read its own files back"
-        if relation == "lies inside" and field in models:
-            why = "a model folder is read by its layout (a retriever's passage/)"
-        if relation:
-            raise UnsafePath(f"out {out} {relation} the input {field} {given}: {why}; choose an out apart "
-                             "from the inputs", "out")
+def named_path(given):
+    """`given`, or None where it names a built-in corpus or question set ("builtin", "gcide"), not a path:
+    a folder of that name in the working folder is not what the run reads, so no input to write over."""
+    return None if given in BUILTIN_NAMES else given
+
+
+BUILTIN_NAMES = ("builtin", "gcide")
 
 
 def _encoder(model: str, **options) -> BiEncoder:
@@ -237,8 +229,8 @@ def run_train(model: str, out, cfg, questions: str | None = None, passages_sourc
     n_hard = checked_argument("n_hard", "int", {"low": 0, "high": MAX_HARD_NEGATIVES},
                               n_hard)  # --hard-negatives
     out = training_folder(out)
-    refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
-                   models=("model",))
+    refuse_writing_over(out, ("model", model), ("questions", named_path(questions)),
+                        ("passages_source", named_path(passages_source)), writes=RUN_WRITES, holds=True)
     check_start(out, resume)  # a run there not resumed (or none to resume): before the model is read
     encoder = _encoder(model, **options)
     if "temperature" in options and not encoder.options.normalize:  # the loss scales cosines only
@@ -279,8 +271,9 @@ def run_reader(model: str, out, cfg, questions: str | None = None, passages_sour
     cfg = job_config("run_reader", cfg)
     options = options_of(ReaderOptions, options)
     k, out = options.k, training_folder(out)
-    refuse_overlap(out, ("model", model), ("questions", questions), ("passages_source", passages_source),
-                   ("retriever", retriever), models=("model", "retriever"))
+    refuse_writing_over(out, ("model", model), ("questions", named_path(questions)),
+                        ("passages_source", named_path(passages_source)), ("retriever", retriever),
+                        writes=RUN_WRITES, holds=True)
     check_start(out, resume)  # a run there not resumed, a mistyped --out to resume: before the work
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
     reader = ExtractiveReader.from_dir(model, options.max_len, seed=cfg.seed)
@@ -333,8 +326,8 @@ def run_realm(model: str, out, cfg, passages_source: str | None = None, retrieve
 
     cfg = job_config("run_realm", cfg)
     options, out = options_of(RealmOptions, options), training_folder(out)
-    refuse_overlap(out, ("model", model), ("passages_source", passages_source), ("retriever", retriever),
-                   models=("model", "retriever"))
+    refuse_writing_over(out, ("model", model), ("passages_source", named_path(passages_source)),
+                        ("retriever", retriever), writes=RUN_WRITES, holds=True)
     check_start(out, resume)  # a run there not resumed (or none to resume): before any read
     passages = load_passages(passages_source, cfg.seed)
     encoder = BiEncoder.from_dir(retriever or model).separate()
@@ -370,7 +363,8 @@ def run_ict(model: str, out, cfg, passages_source: str | None = None, options: I
 
     cfg = job_config("run_ict", cfg)
     options, out = options_of(IctOptions, options), training_folder(out)
-    refuse_overlap(out, ("model", model), ("passages_source", passages_source), models=("model",))
+    refuse_writing_over(out, ("model", model), ("passages_source", named_path(passages_source)),
+                        writes=RUN_WRITES, holds=True)
     check_start(out, resume)  # a run there not resumed (or none to resume): before any read
     passages = load_passages(passages_source, cfg.seed)
     train_rows, test_rows = split_by_title(passages, 0.1, cfg.seed)

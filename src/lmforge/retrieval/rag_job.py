@@ -14,12 +14,13 @@ from lmforge.config.checks import within_context
 from lmforge.config.options import OptionsError
 from lmforge.retrieval.dpr import BiEncoder, passage_text
 from lmforge.retrieval.job_options import RagOptions, check_rag_cost, job_config, options_of
-from lmforge.retrieval.jobs import question_sets, refuse_overlap
+from lmforge.retrieval.jobs import RUN_WRITES, named_path, question_sets
 from lmforge.retrieval.rag_train import (QUESTION_PIECES, RAGObjective, exact_match_rate, passage_tokens,
                                          rag_examples)
 from lmforge.train.checkpoint import training_folder
 from lmforge.train.loop import Trainer
 from lmforge.train.run_folder import check_start
+from lmforge.utils.apart import refuse_writing_over
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 # preset generators: a BART of these sizes over the retriever tokenizer's vocabulary (bart-small is
@@ -83,9 +84,9 @@ def run_rag(retriever: str, out, cfg, questions: str | None = None, passages_sou
     options = options_of(RagOptions, options)
     check_rag_cost(options, cfg.batch_size)
     out = training_folder(out)
-    refuse_overlap(out, ("retriever", retriever), ("generator", generator_folder(generator)),
-                   ("questions", questions), ("passages_source", passages_source),
-                   models=("retriever", "generator"))
+    refuse_writing_over(out, ("retriever", retriever), ("generator", generator_folder(generator)),
+                        ("questions", named_path(questions)),
+                        ("passages_source", named_path(passages_source)), writes=RUN_WRITES, holds=True)
     check_start(out, resume)  # a run there not resumed, a mistyped --out to resume: before the work
     passages, sets = question_sets(questions, passages_source, cfg.seed, answered=True)
     # the question encoder trains; the passages keep the encoder that embedded the fixed index, so the

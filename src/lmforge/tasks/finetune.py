@@ -41,8 +41,9 @@ from lmforge.train.data import data_change, data_fingerprint, derive_seed
 from lmforge.train.distributed import from_root
 from lmforge.train.loop import resolve_device
 from lmforge.train.run_folder import run_folder
+from lmforge.utils.apart import refuse_writing_over
 from lmforge.utils.atomic import replace_dir
-from lmforge.utils.model_folder import apart_from_inputs, record_sums
+from lmforge.utils.model_folder import record_sums
 
 TASK_FILE = "task.json"
 # derive_seed streams of the run's seed (train/data.py and train/loop.py use 1-3): a fresh task
@@ -380,7 +381,8 @@ def evaluate(model, records: list, kind: str | None = None, tokenizer=None, labe
     """Metrics of a fine-tuned model (object or directory, whose task.json gives kind, labels and max_len) on
     labelled `records`; predictions written to `out` (JSONL) when given. Records without labels get only
     predictions ({} metrics). `log` (default: standard error) is told of records cut to max_len tokens."""
-    out = apart_from_inputs(out, model=model, tokenizer=tokenizer)  # never a file of the model folder read
+    refuse_writing_over(out, ("model", model), ("tokenizer", tokenizer),  # never a file of the model read
+                        models=("model", "tokenizer"))
     records, known = record_list(records, "data"), saved_kind(model, kind)  # a generator is read once, here
     # each record checked before the model is loaded, by the kind its folder says (none: checked after)
     records = given_records(records, known, "data", labelled=False) if known is not None else records

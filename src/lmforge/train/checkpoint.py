@@ -27,10 +27,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from lmforge.io.files import DiskFull, out_of_space
+from lmforge.utils.apart import refuse_writing_over
 from lmforge.utils.atomic import UnsafePath, atomic_write_text, file_kind, fsync_dir, refuse_link
 from lmforge.utils.checksum import sha256, sign, verify
 from lmforge.utils.jsontext import loads
-from lmforge.utils.model_folder import apart_from_inputs
 
 PREFIX = "step-"
 FILES = ("model.safetensors", "optimizer.pt")  # checksummed in trainer.json
@@ -98,7 +98,7 @@ def training_folder(out, **inputs) -> Path:
     """`out`, or UnsafePath naming it where a run cannot write its folder there: an empty name (the working
     folder), a file, or a symbolic link as it, its checkpoints/ or its metrics.jsonl (what a run writes into
     and resumes from, never where a link points; what it replaces whole, final/ or loss.png, may be one), or
-    where its RUN_FILES would write over a model or tokenizer folder of `inputs` (apart_from_inputs)."""
+    where its RUN_FILES would write over a model or tokenizer folder of `inputs` (utils.apart's refusal)."""
     if not str(out).strip():
         raise UnsafePath("out is empty: name the output folder to write (\"\" is the working folder)")
     out = refuse_link(out)
@@ -106,7 +106,8 @@ def training_folder(out, **inputs) -> Path:
         raise UnsafePath(f"{out}: exists and is not a folder")
     for name in ("checkpoints", "metrics.jsonl"):
         refuse_link(out / name)
-    return apart_from_inputs(out, RUN_FILES, **inputs)
+    refuse_writing_over(out, *inputs.items(), writes=RUN_FILES, models=tuple(inputs))
+    return out
 
 
 def set_rng_states(states: dict) -> None:

@@ -3,10 +3,9 @@ its config.json records of the files written beside the model."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from lmforge.utils.atomic import UnsafePath, atomic_write_text, writes_over
+from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.checksum import sha256
 from lmforge.utils.jsonfile import json_object
 
@@ -21,24 +20,6 @@ def inside_job_folder(path: Path) -> Path:
     if (path / "config.json").is_file():
         return path
     return next((path / sub for sub in JOB_MODEL_FOLDERS if (path / sub / "config.json").is_file()), path)
-
-
-def apart_from_inputs(out, writes: tuple = (), **inputs):
-    """`out`, or UnsafePath naming "out" where writing it (a file, or a folder the names `writes` go into)
-    would write over one of the model or tokenizer folders `inputs` (field=its name, or a model loaded from
-    it; a preset's name, an object: nothing on disk), by the rule --out is held to (utils.atomic.writes_over,
-    a model folder read by its model files): a job called from Python refuses what its command refuses."""
-    if out is None:
-        return out
-    target = Path(out).resolve()
-    for field, given in inputs.items():
-        given = getattr(given, "loaded_from", given)  # a loaded model stands for the folder it was read from
-        if isinstance(given, (str, os.PathLike)) and str(given).strip() and Path(given).exists():
-            source = Path(given).resolve()
-            if writes_over(source, target, writes, inside_job_folder(source)):
-                raise UnsafePath(f"out {out} would write over the input {field} {given}; choose another out",
-                                 "out")
-    return out
 
 
 def _own_config(folder: Path) -> dict | None:

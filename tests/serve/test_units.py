@@ -1,4 +1,5 @@
-"""The server's parts without a server: limits, the job queue's batching, stop strings, metrics text."""
+"""The server's parts without a server: limits, the job queue's batching, metrics text (stop strings:
+tests/generate/test_stops.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,6 @@ import time
 import pytest
 
 from lmforge.serve import worker
-from lmforge.serve.generation import TextTail
 from lmforge.serve.jobs import Job, JobQueue
 from lmforge.serve.limits import Admission, Limits, RequestError, fit_lengths
 from lmforge.serve.metrics import Metrics
@@ -72,17 +72,6 @@ def test_metrics_render_as_prometheus_text_with_escaped_labels():
     buckets = {s[1]["le"]: s[2] for s in families["lmforge_request_seconds"] if s[0].endswith("_bucket")}
     assert [buckets[le] for le in ("0.001", "0.0025", "0.25", "5", "+Inf")] == [0, 1, 2, 2, 3]
     assert metrics.value("lmforge_request_seconds", route="/embed") == 3
-
-
-def test_text_tail_holds_back_a_possible_stop_string_and_cuts_at_it():
-    class Chars:  # a tokenizer whose ids are characters
-        def decode(self, ids):
-            return "".join(chr(i) for i in ids)
-
-    tail = TextTail(Chars(), ("END",))
-    shown = [tail.push(ord(c)) for c in "abcENxEND!"]
-    assert shown == ["a", "b", "c", "", "", "ENx", "", "", "", ""]
-    assert tail.stopped and tail.text == "abcENx" and "".join(shown) == tail.text
 
 
 def test_fit_lengths_refuses_or_truncates_naming_the_limit():

@@ -1,11 +1,9 @@
-"""Generation jobs: lmforge.generate with a streamer that turns each new token into text, cuts at
-stop strings, and an early end.
+"""Generation jobs: lmforge.generate for one prompt, its text cut at the request's stop strings (and
+generation ended there), streamed as it grows, with its finish reason and token counts.
 
-The text of a growing list of ids is decoded whole each step (decoding piece by piece loses
-WordPiece joins and splits multi-byte characters, as cli/generate.py's TextStream says), and the
-part that could still become a stop string or an incomplete character is held back, so a
-streamed text never shows what the final text does not. Beam search cannot stream (its best
-hypothesis is known only at the end): its stop strings cut the finished text.
+The stop strings' rule (the text decoded whole each step, cut at the first stop string, what could still
+become one or half a character held back, greedy and sampling ended at the step one appears, beam search's
+text cut after) is generate/stops.py's, which `lmforge generate --stop` follows too.
 
 Cancellation is not here: the worker stops a job between any two forward passes of its model
 (worker.py), which for generation is between two decoding steps.
@@ -20,15 +18,11 @@ from dataclasses import dataclass, field
 import torch
 
 from lmforge.config.options import OptionsError
-from lmforge.generate import generate
 from lmforge.generate.options import GenerationOptions, sampling_from_temperature
 from lmforge.generate.recommended import resolve
-from lmforge.generate.text import Continuation, tokenizer_ids
+from lmforge.generate.stops import TextTail, generate_until_stop
+from lmforge.generate.text import tokenizer_ids
 from lmforge.serve.limits import RequestError
-
-
-class StopText(Exception):
-    """Raised from the streamer when a stop string has appeared: generation ends there."""
 
 
 @dataclass
@@ -81,46 +75,6 @@ class Settings:
             raise self.refusal(err, where) from None
 
 
-def _held(text: str, stops: tuple) -> int:
-    """Characters at the end of `text` that begin some stop string (they may yet complete it)."""
-    longest = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), longest, -1):
-            if text.endswith(stop[:n]):
-                longest = n
-                break
-    return longest
-
-
-class TextTail:
-    """The text of the ids generated so far: what may be shown, and whether a stop string appeared."""
-
-    def __init__(self, tokenizer, stops: tuple, context: list = ()) -> None:
-        self.joined, self.stops = Continuation(tokenizer, context), tuple(s for s in stops if s)
-        self.shown, self.text, self.stopped = "", "", False
-
-    def push(self, token: int) -> str:
-        """Add one id; returns the text newly safe to show (maybe ""), joined to the `context` ids before
-        it (a decoder's prompt) as `lmforge generate` joins it (generate/text.py)."""
-        text = self.joined.push(token)
-        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.stopped, text = True, text[:cut]
-        self.text = text
-        if not text.startswith(self.shown):  # a join changed earlier text: wait until it settles
-            return ""
-        safe = len(text) if self.stopped else len(text) - _held(text, self.stops)
-        if not self.stopped and text.endswith("\ufffd"):  # half a character
-            safe = min(safe, len(text) - 1)
-        delta = text[len(self.shown):max(safe, len(self.shown))]
-        self.shown += delta
-        return delta
-
-    def rest(self) -> str:
-        """The text not yet shown, once generation is over."""
-        return self.text[len(self.shown):] if self.text.startswith(self.shown) else ""
-
-
 def _generator(settings: Settings, options: GenerationOptions) -> tuple:
     """(the sampling generator, its seed): the request's seed, else one drawn at random and sent back so
     the text can be had again; (None, None) where nothing is sampled."""
@@ -145,39 +99,13 @@ def run(served, payload: dict, emit: Callable) -> dict:
     context = [] if model.config.architecture == "encoder-decoder" else payload["ids"]  # the new text's join
     tail = TextTail(tokenizer, settings.stop, context)
     generator, seed = _generator(settings, options)
-
-    def streamer(chosen: torch.Tensor) -> None:
-        token = int(chosen[0])
-        emit({"text": tail.push(token), "token_ids": [token]})
-        if tail.stopped:
-            raise StopText
-
-    beams = options.num_beams > 1
     try:
-        out = generate(model, ids, options=options, prefix_lm=settings.prefix_lm, generator=generator,
-                       streamer=None if beams else streamer)
-        new = out[0, 1 if model.config.architecture == "encoder-decoder" else ids.shape[1]:].tolist()
-    except StopText:
-        new = tail.joined.ids
+        new = generate_until_stop(model, ids, tail, options=options, prefix_lm=settings.prefix_lm,
+                                  generator=generator,
+                                  show=lambda text, token_ids: emit({"text": text, "token_ids": token_ids}))
     except OptionsError as err:  # a setting this model cannot serve (its vocabulary, its context)
         raise settings.refusal(err) from None
-    if beams:
-        new = _until_eos(new, options.eos_token_id)
-        for at, token in enumerate(new):
-            tail.push(token)
-            if tail.stopped:  # the ids and their count end where the text does, as a greedy reply's
-                new = new[:at + 1]
-                break
-    elif not tail.stopped and tail.rest():
-        emit({"text": tail.rest(), "token_ids": []})
     reason = _finish(new, options.eos_token_id, tail.stopped, options.max_new_tokens)
     return {"text": tail.text, "token_ids": new, "finish_reason": reason, "seed": seed,
             "usage": {"prompt_tokens": ids.shape[1], "completion_tokens": len(new),
                       "total_tokens": ids.shape[1] + len(new)}}
-
-
-def _until_eos(ids: list, eos) -> list:
-    """Beam output up to and including its first stop token (later positions are filler)."""
-    stops = eos if isinstance(eos, list) else [eos]
-    hit = next((i for i, t in enumerate(ids) if t in stops), None)
-    return ids if hit is None else ids[:hit + 1]

@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from lmforge.config.options import check_options, option
+from lmforge.generate.stops import MAX_STOP, MAX_STOP_CHARS
 
 
 @dataclass
@@ -37,9 +38,10 @@ class Limits:
     max_new_tokens: int = option(1024, "new tokens one generation may ask for (413 beyond)",
                                  low=1, high=65536)
     max_top_k: int = option(100, "fill-mask candidates (413 beyond)", low=1, high=100_000)
-    max_stop: int = option(8, "stop strings of one generation (413 beyond)", low=1, high=1024)
-    # each stop string is sought at every step
-    max_stop_chars: int = option(256, "characters of one stop string (413 beyond)", low=1, high=65536)
+    max_stop: int = option(MAX_STOP, "stop strings of one generation (413 beyond)", low=1, high=1024)
+    # each stop string is sought at every step; the defaults are lmforge generate --stop's bounds
+    max_stop_chars: int = option(MAX_STOP_CHARS, "characters of one stop string (413 beyond)",
+                                 low=1, high=65536)
     max_input_tokens: int = option(65536, "tokens of one text tokenized whole: /tokenize's text, a prompt "
                                           "(413 beyond)", low=1, high=1 << 24)
     max_layers: int = option(64, "layers of one attention view or /features answer (413 beyond)",

@@ -26,6 +26,7 @@ from fastapi.responses import StreamingResponse
 from lmforge.config.options import OptionsError
 from lmforge.generate.checks import check_prefix_lm
 from lmforge.generate.options import refuse_unused
+from lmforge.generate.stops import StopLimitError, check_stops
 from lmforge.serve import schemas
 from lmforge.generate.recommended import recommendation
 from lmforge.generate.text import prompt_ids
@@ -50,17 +51,12 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     """The request's decoding settings, checked against the limits (before any work) and each other;
     `defaults`: the route's own, where neither the request nor the served model's checkpoint states one."""
     check_generation(body, max_new_tokens, limits, new_tokens)
-    stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-    if "" in stops:  # it would be found before the first token: refused, not dropped unsaid
-        field = "stop" if isinstance(body.stop, str) else f"stop.{stops.index('')}"
-        raise RequestError(422, f"{field}: a stop string is empty (the text would end before it began): "
-                           "leave it out", param=field)
-    if len(stops) > limits.max_stop:
-        raise too_large("max_stop", f"{len(stops)} stop strings, more than max_stop={limits.max_stop}")
-    longest = max(map(len, stops), default=0)
-    if longest > limits.max_stop_chars:
-        raise too_large("max_stop_chars", f"a stop string of {longest} characters, more than "
-                        f"max_stop_chars={limits.max_stop_chars}")
+    try:  # the rule lmforge generate --stop follows, within this server's limits
+        stops = check_stops(body.stop, limits.max_stop, limits.max_stop_chars)
+    except StopLimitError as err:
+        raise too_large(err.limit, str(err)) from None
+    except OptionsError as err:  # an empty one would be found before the first token: refused, not dropped
+        raise RequestError(422, f"{err.field}: {err}", param=err.field) from None
     given = body.model_fields_set
     if body.num_beams > 1 and body.temperature > 0 and "temperature" in given:
         raise RequestError(422, "num_beams > 1 needs temperature 0: beam search does not sample",
@@ -69,7 +65,7 @@ def settings_of(body, max_new_tokens: int, limits, new_tokens: str = "max_new_to
     fields = {name: getattr(body, name) for name in (*DECODING, "temperature") if name in given}
     if given & {"max_new_tokens", "max_tokens"}:
         fields["max_new_tokens"] = max_new_tokens
-    return Settings(given=fields, defaults=defaults or {}, seed=body.seed, stop=tuple(stops),
+    return Settings(given=fields, defaults=defaults or {}, seed=body.seed, stop=stops,
                     stream=body.stream, new_tokens=new_tokens, unsampled_seed=unsampled_seed,
                     prefix_lm=body.prefix_lm)
 

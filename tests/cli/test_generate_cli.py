@@ -214,5 +214,35 @@ def test_new_wordpiece_text_joins_the_prompt_as_the_tokenizer_joins_it(tmp_path,
     assert plain == "the film" + continuation(tok, prompt, new[0, len(prompt):].tolist()) + "\n"
     assert main([*argv, "--stream"]) == 0 and capsys.readouterr().out == plain
     stream = TextStream(tok, "the film", prompt)
-    stream(torch.tensor([word[0]]))  # the first new token is printed after the prompt with its join
+    stream.show(stream.tail.push(word[0]))  # the first new token is printed after the prompt with its join
     assert capsys.readouterr().out == "the film" + continuation(tok, prompt, word[:1])
+
+
+def _new_text(capsys, argv) -> str:
+    """The text a successful `lmforge generate` printed after its prompt "the cat"."""
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the cat") and out.endswith("\n")
+    return out[len("the cat"):-1]
+
+
+@pytest.mark.parametrize("decoding", [[], ["--num-beams", "2"], ["--temperature", "1.5", "--seed", "3"]])
+def test_stop_ends_the_text_before_the_stop_string_streamed_or_not(dirs, capsys, decoding):
+    argv = ["generate", "--model", str(dirs["gpt2"]), "the cat", "--max-new-tokens", "16", *decoding]
+    whole = _new_text(capsys, argv)
+    stop = whole[8:11]
+    cut = _new_text(capsys, [*argv, "--stop", stop, "--stop", "never in it \u2603"])
+    assert stop and cut and cut == whole[:whole.index(stop)]
+    if "--num-beams" not in decoding:  # beam search cannot stream
+        assert _new_text(capsys, [*argv, "--stop", stop, "--stream"]) == cut
+
+
+@pytest.mark.parametrize("stops, message", [
+    ([""], "--stop '': a stop string is empty (the text would end before it began): leave it out"),
+    (["a", "b c", ""], "--stop '': a stop string is empty"),
+    (["a"] * 9, "--stop: 9 stop strings, more than max_stop=8"),
+    (["x" * 257], "--stop: a stop string of 257 characters, more than max_stop_chars=256"),
+])
+def test_a_bad_stop_is_refused_in_one_line_naming_the_flag(dirs, capsys, stops, message):
+    argv = ["generate", "--model", str(dirs["gpt2"]), "the cat"]
+    assert message in _refused(capsys, [*argv, *(f"--stop={stop}" for stop in stops)])

@@ -3,38 +3,37 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import sys
 
 import torch
 
 from lmforge.cli.common import SEED, bounded, said
-from lmforge.generate.text import Continuation, continuation, prompt_ids, tokenizer_ids
+from lmforge.generate.stops import MAX_STOP, MAX_STOP_CHARS, TextTail
+from lmforge.generate.text import prompt_ids, tokenizer_ids
 
 
 class TextStream:
-    """Prints the text of a growing list of ids as it grows (decoding piece by piece would lose
-    WordPiece joins and split multi-byte characters), after `prefix` (the prompt a decoder continues),
-    which is printed with the first new token: a refusal before that prints nothing. `context`: the
+    """Prints a generation's text as it grows: what its TextTail (`tail`, generate/stops.py) says is safe to
+    show (decoded whole, as decoding piece by piece would lose WordPiece joins and split multi-byte
+    characters; a possible stop string's beginning held back), after `prefix` (the prompt a decoder
+    continues), which is printed with the first text: a refusal before that prints nothing. `context`: the
     prompt's ids, decoded with the new ones so that the join between them is the tokenizer's (a new
     WordPiece "##s" joins the prompt's last word; a new word after it gets its space)."""
 
-    def __init__(self, tokenizer, prefix: str = "", context: list = ()) -> None:
-        self.joined, self.prefix, self.printed = Continuation(tokenizer, context), prefix, ""
+    def __init__(self, tokenizer, prefix: str = "", context: list = (), stops: tuple = ()) -> None:
+        self.tail, self.prefix = TextTail(tokenizer, stops, context), prefix
 
-    def __call__(self, chosen: torch.Tensor) -> None:
-        text = self.joined.push(int(chosen[0]))
-        if text.startswith(self.printed) and not text.endswith("\ufffd"):  # wait for a whole character
-            self._show(text)
+    def show(self, text: str, token_ids: list = ()) -> None:
+        """Print `text`, the first after the prefix (generate_until_stop's `show`)."""
+        if text:
+            print(self.prefix + text, end="", flush=True)
+            self.prefix = ""
 
     def close(self) -> None:
-        """Print what was held back (an incomplete character at the end stays as decoded)."""
-        text = self.joined.text()
-        self._show(text if text.startswith(self.printed) else self.printed)
-        print()
-
-    def _show(self, text: str) -> None:
-        print(self.prefix + text[len(self.printed):], end="", flush=True)
-        self.printed, self.prefix = text, ""
+        """End the line (the prefix alone where no text was shown)."""
+        print(self.prefix)
+        self.prefix = ""
 
 
 def _encoder_decoder(model) -> bool:
@@ -60,9 +59,9 @@ def load_named(name) -> tuple:
 def cmd_generate(args) -> None:
     """Continue a prompt (decoders) or answer it (encoder-decoders) with a model directory's LM head."""
     from lmforge.cli.common import UsageError
-    from lmforge.generate import generate
+    from lmforge.generate.stops import generate_until_stop
 
-    typed = typed_options(args)  # before the model is loaded: a bad flag costs nothing
+    typed, stops = typed_options(args), checked_stops(args)  # before the model is loaded: costs nothing
     _, model, tokenizer = load_named(args.model)
     check_generator(args.model, model, args.prefix_lm)
     seq2seq = _encoder_decoder(model)
@@ -80,15 +79,31 @@ def cmd_generate(args) -> None:
     if taken:  # say where settings the user did not type come from (after every refusal)
         print("settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in taken.items()),
               file=sys.stderr)
-    prompt = "" if seq2seq else args.prompt  # printed with the first new token, after every refusal
+    prompt = "" if seq2seq else args.prompt  # printed with the first new text, after every refusal
     context = [] if seq2seq else ids[0].tolist()  # a decoder's new text is decoded after its prompt's ids
-    stream = TextStream(tokenizer, prompt, context) if args.stream else None
-    out = generate(model, ids, options=options, prefix_lm=args.prefix_lm,
-                   generator=torch.Generator().manual_seed(args.seed or 0), streamer=stream)
-    if stream is not None:
-        stream.close()
-    else:
-        print(prompt + continuation(tokenizer, context, out[0, start:].tolist()))
+    stream = TextStream(tokenizer, prompt, context, stops)
+    generate_until_stop(model, ids, stream.tail, options=options, prefix_lm=args.prefix_lm,
+                        generator=torch.Generator().manual_seed(args.seed or 0),
+                        show=stream.show if args.stream else None)
+    if not args.stream:
+        stream.show(stream.tail.text)
+    stream.close()
+
+
+def checked_stops(args) -> tuple:
+    """--stop's strings, checked by the rule the server's `stop` follows (generate/stops.py: none empty, at
+    most MAX_STOP, each at most MAX_STOP_CHARS characters), before the model is loaded; one line naming
+    --stop."""
+    from lmforge.cli.common import UsageError
+    from lmforge.config.options import OptionsError
+    from lmforge.generate.stops import StopLimitError, check_stops
+
+    try:
+        return check_stops(args.stop or [])
+    except StopLimitError as err:
+        raise UsageError(f"--stop: {err}") from None
+    except OptionsError as err:  # field stop.i: the i-th --stop
+        raise UsageError(f"--stop {shlex.quote(args.stop[int(err.field.split('.')[1])])}: {err}") from None
 
 
 def check_generator(name, model, prefix_lm: bool = False) -> None:
@@ -267,6 +282,10 @@ def add_parsers(sub) -> None:
     said(p.add_argument("--seed", type=bounded(int, *SEED), help="the sampling's seed (with temperature > 0 "
                         "or the checkpoint's sampling)"), 0)
     p.add_argument("--stream", action="store_true", help="print tokens as they are generated")
+    p.add_argument("--stop", action="append", metavar="TEXT",
+                   help=f"end the text before this string, and generation where it appears, as the "
+                   f"server's stop (repeatable: at most {MAX_STOP}, each at most {MAX_STOP_CHARS} "
+                   "characters; not empty)")
     # CallOptions' field, which Python's prefix_lm= and the server's prefix_lm are made from too
     p.add_argument("--prefix-lm", action="store_true", help=CALL_FIELDS["prefix_lm"].metadata["help"])
     p.set_defaults(func=cmd_generate)

@@ -95,3 +95,26 @@ def test_spec_and_model_list(served):
     capabilities = {m["id"]: m["capabilities"] for m in client.get("/v1/models").json()["data"]}
     assert "rerank" in capabilities["rr"] and "predict" not in capabilities["rr"]
     assert "rerank" not in capabilities["plain"]
+
+
+def test_a_long_query_is_tokenized_once_per_pair_only_as_far_as_a_pair_reads_it(dirs):
+    """Each document's (query, document) pair was tokenized with the query's whole head, max_len x 128
+    characters: 1,024 documents and a 64 KB query held a 512-token reranker's server for 39 s before its 413.
+    Now the pairs carry the query's first max_len tokens (and 128 characters): the same order and scores."""
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve.app import create_app
+    from lmforge.serve.models import load_served
+
+    served = load_served("rr", dirs["rr"])
+    counted, count = [], served.count
+    served.count = lambda texts, pairs=None: counted.extend(map(len, texts)) or count(texts, pairs)
+    query = " ".join(["the old fox near the river"] * 200)  # 1,200 words; max_len 24
+    with TestClient(create_app({"rr": served}, threads=1)) as client:
+        answer = client.post("/rerank", json={"query": query, "documents": DOCS[:4]})
+    assert answer.status_code == 200, answer.text
+    assert counted and max(counted) <= 24 * 8 + 128 < len(query)  # not 24 x 128 characters each
+    offline = lmforge.rerank(dirs["rr"], query, DOCS[:4])
+    assert [r["index"] for r in answer.json()["results"]] == [i for i, _ in offline]
+    assert [r["relevance_score"] for r in answer.json()["results"]] == pytest.approx([s for _, s in offline],
+                                                                                   abs=1e-6)

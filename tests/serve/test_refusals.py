@@ -234,3 +234,22 @@ def test_an_empty_list_is_refused_as_the_spec_says(server, path, field, model):
     schema = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert spec["components"]["schemas"][schema.split("/")[-1]]["properties"][field]["minItems"] == 1
     assert "is empty" in _error(refused, 422, field)
+
+
+def test_fill_mask_refuses_a_long_text_from_its_head_without_tokenizing_it_whole(model_dirs):
+    """/fill_mask tokenized its text whole for the 413 (a 4 MB body: 4.6 s of the server's tokenizer); as
+    /embed's and /features' texts, its first max_tokens x 128 characters already hold too many tokens."""
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve.app import create_app
+    from lmforge.serve.limits import MAX_TOKEN_CHARS
+    from lmforge.serve.models import load_served
+
+    served = load_served("enc", model_dirs["enc"])
+    counted, count = [], served.count
+    served.count = lambda texts, pairs=None: counted.extend(map(len, texts)) or count(texts, pairs)
+    text = "the [MASK] sat " + "word " * 20_000
+    with TestClient(create_app({"enc": served}, threads=1)) as client:
+        message = _error(client.post("/fill_mask", json={"text": text}), 413, "max_seq_len")
+    assert message.startswith("text is more than") and "truncate" not in message  # fill-mask cuts nothing
+    assert counted and max(counted) <= served.max_tokens * MAX_TOKEN_CHARS < len(text)

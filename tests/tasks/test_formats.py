@@ -232,7 +232,8 @@ def test_squad_json_is_not_read_as_conll(tmp_path, indent):
      r"o.jsonl:1: answers\[0\] 'Ann' is not at character 4"),
     ("squad.json", json.dumps(SQUAD), "cls",
      r"squad.json:1: no columns 'text', 'label' \(for text, label\); the record has 'version', 'data'.*"
-     r"\(columns, --columns, maps fields to columns\)$"),  # read_task_file's argument, and the flag
+     r"if this is a cls file, map them with columns='text=NAME,label=NAME' "
+     r"\(--columns text=NAME,label=NAME\)$"),  # was "(columns, --columns, maps fields to columns)"
     ("c.jsonl", '{"text": "x", "choices": "ab", "label": 0}\n', "choice",
      r"c.jsonl:1: choices \(column 'choices'\) must be a non-empty list; in CSV/TSV name the columns: "
      r"columns='choices=ending0\+ending1\+\.\.\.' \(--columns choices=ending0\+ending1\+\.\.\.\)$"),

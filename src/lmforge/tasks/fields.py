@@ -324,9 +324,10 @@ def _require(where: str, row: dict, kind: str, mapping: dict, labelled: bool, hi
         if not hint:
             raise OptionsError(f"{where}: no fields {columns}; the record has {', '.join(map(repr, row))}: "
                                 f"is this a {kind} record?")
+        pairs = ",".join(f"{f}=NAME" for f in dict.fromkeys(f for f, _ in missing))  # as one column's hint
         raise OptionsError(f"{where}: no columns {columns} (for {fields}); the record has "
-                            f"{', '.join(map(repr, row))}: is this a {kind} file? (columns, --columns, maps "
-                            f"fields to columns)")
+                            f"{', '.join(map(repr, row))}: if this is a {kind} file, map them with "
+                            f"columns='{pairs}' (--columns {pairs})")
 
 
 def strings(value) -> bool:

@@ -234,6 +234,10 @@ def test_squad_json_is_not_read_as_conll(tmp_path, indent):
      r"squad.json:1: no columns 'text', 'label' \(for text, label\); the record has 'version', 'data'.*"
      r"if this is a cls file, map them with columns='text=NAME,label=NAME' "
      r"\(--columns text=NAME,label=NAME\)$"),  # was "(columns, --columns, maps fields to columns)"
+    ("sts.csv", "sentence1,sentence2,score\na,b,0.5\n", "regression",  # text_pair unmapped: read as none
+     r"sts.csv:2: no columns 'text', 'label' .*: if this is a regression file, map them with "
+     r"columns='text=NAME,label=NAME' \(--columns text=NAME,label=NAME\), and text_pair=NAME where the "
+     r"records have one$"),
     ("c.jsonl", '{"text": "x", "choices": "ab", "label": 0}\n', "choice",
      r"c.jsonl:1: choices \(column 'choices'\) must be a non-empty list; in CSV/TSV name the columns: "
      r"columns='choices=ending0\+ending1\+\.\.\.' \(--columns choices=ending0\+ending1\+\.\.\.\)$"),

@@ -325,9 +325,12 @@ def _require(where: str, row: dict, kind: str, mapping: dict, labelled: bool, hi
             raise OptionsError(f"{where}: no fields {columns}; the record has {', '.join(map(repr, row))}: "
                                 f"is this a {kind} record?")
         pairs = ",".join(f"{f}=NAME" for f in dict.fromkeys(f for f, _ in missing))  # as one column's hint
+        # an optional field left unmapped is read as absent: a pair file's second text would go unread
+        also = "".join(f", and {f[:-1]}=NAME where the records have one" for f in FIELDS[kind]
+                       if f.endswith("?") and mapping.get(f[:-1], f[:-1]) not in row)
         raise OptionsError(f"{where}: no columns {columns} (for {fields}); the record has "
                             f"{', '.join(map(repr, row))}: if this is a {kind} file, map them with "
-                            f"columns='{pairs}' (--columns {pairs})")
+                            f"columns='{pairs}' (--columns {pairs}){also}")
 
 
 def strings(value) -> bool:

@@ -7,6 +7,7 @@ import torch
 
 import lmforge
 from lmforge.cli import main
+from lmforge.config.options import OptionsError
 from lmforge.generate.checks import GenerationWarning
 from lmforge.heads import attach
 from tests.tasks.core import tokenizer
@@ -246,3 +247,25 @@ def test_stop_ends_the_text_before_the_stop_string_streamed_or_not(dirs, capsys,
 def test_a_bad_stop_is_refused_in_one_line_naming_the_flag(dirs, capsys, stops, message):
     argv = ["generate", "--model", str(dirs["gpt2"]), "the cat"]
     assert message in _refused(capsys, [*argv, *(f"--stop={stop}" for stop in stops)])
+
+
+def test_python_s_seed_samples_as_the_command_line_s_seed(dirs, capsys):
+    """lmforge.generate(seed=s) draws as `lmforge generate --seed s` does (and the server's seed): the same
+    tokens each time, those of a generator seeded by hand and the command line's text; a seed out of
+    --seed's bounds, or with a generator too, is refused naming seed."""
+    model, tok = lmforge.load(dirs["gpt2"]), lmforge.load_tokenizer(dirs["gpt2"])
+    ids = torch.tensor([tok.encode("the cat", add_special_tokens=False).ids])
+    sampled = {"do_sample": True, "temperature": 1.5, "max_new_tokens": 6}
+    first, again = (lmforge.generate(model, ids, seed=7, **sampled) for _ in range(2))
+    assert torch.equal(first, again)
+    by_hand = lmforge.generate(model, ids, generator=torch.Generator().manual_seed(7), **sampled)
+    assert torch.equal(first, by_hand)
+    assert not torch.equal(first, lmforge.generate(model, ids, seed=8, **sampled))  # the seed is read
+    argv = ["generate", "--model", str(dirs["gpt2"]), "the cat", "--temperature", "1.5", "--seed", "7",
+            "--max-new-tokens", "6"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip() == tok.decode(first[0].tolist())
+    for bad in ({"seed": -1}, {"seed": 2**63}, {"seed": 7, "generator": torch.Generator()}):
+        with pytest.raises(OptionsError) as err:
+            lmforge.generate(model, ids, **sampled, **bad)
+        assert err.value.field == "seed" and "\n" not in str(err.value)

@@ -7,10 +7,11 @@ from typing import Optional
 
 import torch
 
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, checked_as
 from lmforge.generate.call_options import checked_call_value
 from lmforge.generate.options import MAX_SEQUENCES, OFF, GenerationOptions, GenerationWarning
 from lmforge.model import EncoderDecoder, Transformer
+from lmforge.train.config import TrainConfig
 
 
 def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str = "auto") -> None:
@@ -32,6 +33,19 @@ def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str
     if streamer is not None and not callable(streamer):
         raise OptionsError(f"streamer must be callable (it is given each step's new tokens), got "
                            f"{type(streamer).__name__}", "streamer")
+
+
+def seeded(model, seed, generator):
+    """The sampling generator: `generator`, else (`seed` given) a torch.Generator seeded with it as
+    `lmforge generate --seed` and the server's seed seed theirs (on the model's device: on a CPU, their
+    tokens); seed is bounded as --seed is (TrainConfig's), and refused with a generator: an OptionsError."""
+    if seed is None:
+        return generator
+    if generator is not None:  # two sources of the draws: which one was meant is not known
+        raise OptionsError("seed and generator were both given: give one (seed=N seeds a generator as "
+                           "`lmforge generate --seed N` does)", "seed")
+    seed = checked_as(TrainConfig, "seed", seed)  # the bounds of --seed and the server's seed
+    return torch.Generator(device=model.tokens.weight.device).manual_seed(seed)
 
 
 def check_prefix_lm(model, prefix_lm: bool) -> None:

@@ -365,8 +365,9 @@ def refuse_unused(options: GenerationOptions, given, seed=None) -> None:
                 raise OptionsError(f"{name}={getattr(options, name)!r} is read only by beam search "
                                    "(num_beams > 1)", name)
     if seed is not None and not options.do_sample:
-        raise OptionsError(f"seed={seed} is read only when sampling (temperature > 0, or the checkpoint's "
-                           "do_sample=true): leave it out for greedy or beam search", "seed")
+        raise OptionsError(f"seed={seed} is read only when sampling (do_sample=true; on the command line "
+                           "and the server, temperature > 0 or the checkpoint's do_sample=true): leave it "
+                           "out for greedy or beam search", "seed")
 
 
 def field_kind(name: str) -> str:

@@ -253,3 +253,24 @@ def test_fill_mask_refuses_a_long_text_from_its_head_without_tokenizing_it_whole
         message = _error(client.post("/fill_mask", json={"text": text}), 413, "max_seq_len")
     assert message.startswith("text is more than") and "truncate" not in message  # fill-mask cuts nothing
     assert counted and max(counted) <= served.max_tokens * MAX_TOKEN_CHARS < len(text)
+
+
+def test_fill_mask_takes_a_long_text_of_few_tokens_whose_head_would_end_mid_word(model_dirs):
+    """A head cut inside a word made more tokens than the text: WordPiece reads a 150-character word as one
+    [UNK], its first 60 characters as 60 pieces. 110 such words (115 tokens, within max_tokens=128) were
+    refused for the 174 tokens of their first 16,384 characters; the head now ends at a whole word."""
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve.app import create_app
+    from lmforge.serve.limits import MAX_TOKEN_CHARS
+    from lmforge.serve.models import load_served
+
+    served = load_served("enc", model_dirs["enc"])
+    text = "the [MASK] sat " + ("a" * 150 + " ") * 110
+    room = served.max_tokens * MAX_TOKEN_CHARS
+    assert len(text) > room and len(served.front.encode(text).ids) <= served.max_tokens
+    assert len(served.front.encode(text[:room]).ids) > served.max_tokens  # the cut word's pieces
+    with TestClient(create_app({"enc": served}, threads=1)) as client:
+        answer = client.post("/fill_mask", json={"text": text, "top_k": 2})
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["candidates"]) == 2

@@ -9,6 +9,7 @@ waits on a timeout.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 
 from lmforge.config.options import check_options, option
@@ -69,6 +70,20 @@ class Limits:
 
 MAX_TOKEN_CHARS = 128  # no vocabulary's token spans more characters (WordPiece: 100 make one [UNK])
 HEAD_CHARS = 8  # characters a token per max_input_tokens read first (English runs ~4.5 a token)
+_CUT_WORD = re.compile(r"\s\S*$")  # the whitespace before the last word of a head
+
+
+def text_head(text: str, room: int) -> str:
+    """`text`'s first `room` characters, less a word the cut splits (where it began within MAX_TOKEN_CHARS)
+    and the whitespace before it: every word in the head is whole, so its tokens are the text's first ones
+    and never more (WordPiece reads a 150-character word as one [UNK], its first 60 characters as 60 pieces:
+    a head's count past the bound refused a text the model reads whole)."""
+    if len(text) <= room:
+        return text
+    head, start = text[:room], max(room - MAX_TOKEN_CHARS, 0)
+    if not text[room].isspace() and (cut := _CUT_WORD.search(head, start)):
+        head = head[:cut.start()]
+    return head.rstrip()
 
 
 MAX_MESSAGE, MAX_PARAM = 1000, 200  # characters of an error's message and param (longer: cut in the middle)

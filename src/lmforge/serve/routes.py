@@ -22,7 +22,8 @@ from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
 from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, with_mask
 from lmforge.serve import option_schemas, schemas
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, TextBound, bounded_ids, check_count,
-                                  check_request_tokens, check_text, fit_lengths, text_bound, too_large)
+                                  check_request_tokens, check_text, fit_lengths, text_bound, text_head,
+                                  too_large)
 from lmforge.serve.records import as_records, choice_tokens, record_texts, record_tokens
 from lmforge.serve.schemas import JSONBody
 
@@ -67,11 +68,12 @@ def split(items: list, lengths: list, limits) -> list:
 async def clip(server, served, texts: list, truncate: bool, limit=None) -> tuple:
     """(texts, token counts), a text far longer than the model reads cut before it is tokenised:
     its first MAX_TOKEN_CHARS x `limit` characters (tokens, default the model's max_tokens, or a TextBound
-    that names them) already hold more tokens than that (the same first tokens: pre-tokenisers split
-    locally), so the rest is never read; without `truncate` it is a 413 at once."""
+    that names them, less a word cut at the end: limits.text_head) already hold more tokens than that (the
+    same first tokens: pre-tokenisers split locally), so the rest is never read; without `truncate` it is a
+    413 at once."""
     bound = text_bound(limit or served.max_tokens)
     room = bound.tokens * MAX_TOKEN_CHARS
-    heads = [t[:room] for t in texts]
+    heads = [text_head(t, room) for t in texts]
     counts = await count_tokens(server, served, heads)
     for i, text in enumerate(texts):
         if len(text) <= room:
@@ -79,7 +81,7 @@ async def clip(server, served, texts: list, truncate: bool, limit=None) -> tuple
         if counts[i] <= bound.tokens:  # mostly whitespace: the whole text decides
             heads[i], (counts[i],) = text, await count_tokens(server, served, [text])
         elif not truncate:
-            raise bound.refuse(i, f"more than {counts[i]} tokens (its first {room} of {len(text)} "
+            raise bound.refuse(i, f"more than {counts[i]} tokens (its first {len(heads[i])} of {len(text)} "
                                   "characters)")
     return heads, counts
 

@@ -54,7 +54,7 @@ def test_invalid_configs_name_the_field(fields, message):
 
 
 def test_unknown_field_is_named():
-    with pytest.raises(ConfigError, match="unknown config field.*'hidden_size'"):
+    with pytest.raises(ConfigError, match="unknown config field hidden_size"):
         ModelConfig.from_dict({"hidden_size": 768})
 
 
@@ -323,14 +323,14 @@ def test_named_keywords_refuses_an_unknown_keyword_naming_it_and_keeps_the_signa
 
     assert job(1, b=2, c=3) == 6 and str(inspect.signature(job)) == "(a, b=1, *, c=2)"
     assert job.__doc__ == "A job."
-    with pytest.raises(OptionsError, match=r"^unknown job option\(s\) \['d'\]; known: a, b, c$") as err:
+    with pytest.raises(OptionsError, match=r"^unknown job option d \(known: a, b, c\)$") as err:
         job(1, d=4)
     assert err.value.field == "d"
     faces = ((lmforge.embed, (["a"], "no-model")), (lmforge.features, (["a"], "no-model")),
              (lmforge.rerank, ("no-model", "q", ["d"])), (lmforge.fill_mask, ("no-model", None, "a [MASK]")),
              (query_index, ("no-index", ["q"])))
     for face, arguments in faces:  # refused before any model or index is looked for
-        with pytest.raises(OptionsError, match=r"^unknown \w+ option\(s\) \['bogus'\]") as err:
+        with pytest.raises(OptionsError, match=r"^unknown \w+ option bogus\b") as err:
             face(*arguments, bogus=1)
         assert err.value.field == "bogus"
 

@@ -128,7 +128,7 @@ def test_features_with_a_task_train_a_head_and_write_metrics(model_dir, tmp_path
     (["probe", "--tasks", "pos,pos"], "--tasks pos,pos: a task is named twice"),  # it was probed twice
     (["probe", "--held-out", "0.7"], "--held-out 0.7"),
     (["probe", "epochs=0"], "epochs must be an integer >= 1"),
-    (["probe", "depth=3"], "unknown option(s) ['depth']"),
+    (["probe", "depth=3"], "unknown option depth"),
     # probe said these as "max_len must be ...", naming no flag (features named --max-len)
     (["probe", "--sentences", "20", "--max-len", "2"], "--max-len 2: a word needs 3 tokens at least"),
     (["probe", "--sentences", "20", "--max-len", "500"], "--max-len 500: more tokens than the model"),

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from lmforge.config.checks import (MAX_WIDTH, ConfigError, pattern_set, validate_elmo, validate_ffn_sizes,
                                    validate_patterns, validate_pruned, validate_quantization,
                                    validate_rotary_scaling)
+from lmforge.config.names import listed_at, refuse_unknown
 from lmforge.config.options import check_options, coerce, option
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text
@@ -315,10 +316,7 @@ class ModelConfig:
         if not isinstance(data, dict):  # the whole config is at fault: config.json's name for it
             raise ConfigError("config: a model config must be a mapping of fields, got "
                               f"{type(data).__name__}", "config")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(map(str, set(data) - known))
-        if unknown:
-            raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(known)}", unknown[0])
+        refuse_unknown(data, [f.name for f in fields(cls)], "config", ConfigError, listed_at(cls), "field")
         return cls(**{k: coerce(cls, k, v, ConfigError, from_text=False) for k, v in data.items()})
 
     def replace(self, **overrides: Any) -> "ModelConfig":

@@ -17,6 +17,7 @@ import numbers
 from dataclasses import field
 from typing import Any
 
+from lmforge.config.names import listed_at, refuse_unknown  # noqa: F401 (re-exported)
 from lmforge.utils.errors import OptionsError, checked_text, instance_of  # noqa: F401 (re-exported)
 
 
@@ -295,21 +296,12 @@ def _numeric_union(kind: str) -> bool:
     return len(kinds) > 1 and bool(kinds & {"int", "float"}) and "str" not in kinds
 
 
-def refuse_unknown(given, known, what: str = "", error=OptionsError) -> None:
-    """error naming the first of the names `given` that is not `known`, with every unknown and known one:
-    "unknown WHAT option(s) [...]; known: ..." (an options object's fields, a function's keywords)."""
-    unknown = sorted(str(k) for k in given if k not in known)
-    if unknown:
-        what = f"{what} " if what else ""
-        raise error(f"unknown {what}option(s) {unknown}; known: {', '.join(sorted(known))}", unknown[0])
-
-
 def from_dict(cls, data: dict, what: str = "", error=OptionsError, from_text: bool = False):
-    """The options dataclass `cls` from a mapping; an unknown key is an error naming it and the known ones.
+    """The options dataclass `cls` from a mapping; an unknown key is an error naming it (config.names).
     from_text: the values are a command line's strings (see `coerce`)."""
     if not isinstance(data, dict):
         raise error(f"{what or cls.__name__} options must be a mapping, got {_short(data)}", "options")
-    refuse_unknown(data, [f.name for f in dataclasses.fields(cls)], what, error)
+    refuse_unknown(data, [f.name for f in dataclasses.fields(cls)], what, error, listed_at(cls))
     return cls(**{k: coerce(cls, k, v, error, from_text) for k, v in data.items()})
 
 
@@ -323,7 +315,7 @@ def named_keywords(what: str):
 
         @functools.wraps(func)
         def checked(*args, **keywords):
-            refuse_unknown(keywords, known, what)
+            refuse_unknown(keywords, known, what, listed=f"help({func.__module__}.{func.__qualname__})")
             return func(*args, **keywords)
         return checked
     return decorate

@@ -1,0 +1,65 @@
+"""One rule for an unknown name (a config field, an option, a keyword), wherever it is refused: Python
+keywords, a JSON / YAML file, a command line's key=value. The refusal is one short line naming it, the
+known names closest to it (difflib) and where the whole list is, never every known name (ModelConfig's
+run to over a thousand characters on one line, with no word of the n_layers meant by n_layer)."""
+from __future__ import annotations
+
+import difflib
+
+from lmforge.utils.errors import OptionsError
+
+INLINE = 90  # known names this short all together are listed in the line itself
+CLIP = 30  # an unknown name is shown this long at most (a file's key can be any text)
+SHOWN = 3  # unknown names shown; the rest are counted
+# where each options object's whole list is (its `lmforge options KIND`), for a line that cannot hold it
+LISTED = {"ModelConfig": "lmforge options model", "TrainConfig": "lmforge options pretrain",
+          "TaskConfig": "lmforge options finetune", "RecipeOptions": "lmforge options pretrain",
+          "FitConfig": "lmforge options probe", "DistillConfig": "lmforge options distill",
+          "SparseConfig": "lmforge options prune", "EncoderOptions": "lmforge options retrieve"}
+
+
+def close_names(name, known, n: int = 3) -> list:
+    """The names of `known` closest to `name`, closest first ([] where none is close): the one source of
+    "did you mean" for fields, options, keywords, flags and presets."""
+    return difflib.get_close_matches(str(name), [str(k) for k in known], n=n)
+
+
+def listed_at(cls) -> str:
+    """Where the options dataclass `cls`'s fields are all listed: its `lmforge options KIND`, else its
+    help()."""
+    return LISTED.get(cls.__name__) or f"help({cls.__module__}.{cls.__qualname__})"
+
+
+def _clip(name) -> str:
+    text = str(name)
+    return text if len(text) <= CLIP else text[:CLIP - 3] + "..."
+
+
+def unknown_message(unknown, known, noun: str = "option", listed: str = "") -> str:
+    """One line for the names `unknown` that are not `known`: "unknown NOUN n_layer; did you mean
+    n_layers? (all: lmforge options model)". The first unknown name with a close known name gets the
+    suggestion; the known names are listed where they are short, else `listed` says where they are."""
+    names, known = sorted(map(str, unknown)), sorted(map(str, known))
+    shown = ", ".join(_clip(name) for name in names[:SHOWN])
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    line = f"unknown {noun}{'s' if len(names) > 1 else ''} {shown}{more}"
+    for name in names:
+        close = close_names(name, known)
+        if close:
+            whose = f"{_clip(name)}: " if len(names) > 1 else ""
+            line += f"; {whose}did you mean {', '.join(close)}?"
+            break
+    every = ", ".join(known)
+    if len(every) <= INLINE or not listed:
+        return f"{line} (known: {every})" if len(every) <= INLINE else line
+    return f"{line} (all: {listed})"
+
+
+def refuse_unknown(given, known, what: str = "", error=OptionsError, listed: str = "",
+                   noun: str = "option") -> None:
+    """`error` (one line, `unknown_message`, .field the first unknown name) where a name of `given` is not
+    `known`: an options object's fields, a function's keywords, a command line's key=value options."""
+    names = set(map(str, known))
+    unknown = sorted(str(k) for k in given if str(k) not in names)
+    if unknown:
+        raise error(unknown_message(unknown, known, f"{what} {noun}" if what else noun, listed), unknown[0])

@@ -118,3 +118,24 @@ def test_a_long_query_is_tokenized_once_per_pair_only_as_far_as_a_pair_reads_it(
     assert [r["index"] for r in answer.json()["results"]] == [i for i, _ in offline]
     assert [r["relevance_score"] for r in answer.json()["results"]] == pytest.approx([s for _, s in offline],
                                                                                    abs=1e-6)
+
+
+def test_a_long_query_of_few_tokens_is_read_as_lmforge_rerank_reads_it(dirs):
+    """The query's head was cut mid-word at max_len x 128 characters: 16 words of 200 characters (16 [UNK],
+    the pair fits) became 15 [UNK] and 57 pieces of the cut word, scored truncated, unlike lmforge.rerank;
+    the head now ends at a whole word (limits.text_head), so the pair is read as offline."""
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve.app import create_app
+    from lmforge.serve.models import load_served
+
+    query, documents = ("a" * 200 + " ") * 16, ["a dog", "the cat"]
+    assert len(query) > 24 * 128  # the head's room: max_len 24
+    with TestClient(create_app({"rr": load_served("rr", dirs["rr"])}, threads=1)) as client:
+        answer = client.post("/rerank", json={"query": query, "documents": documents, "truncate": False})
+    assert answer.status_code == 200, answer.text
+    offline = lmforge.rerank(dirs["rr"], query, documents, truncate=False)
+    assert not any(r["truncated"] for r in answer.json()["results"])
+    assert [r["index"] for r in answer.json()["results"]] == [i for i, _ in offline]
+    assert [r["relevance_score"] for r in answer.json()["results"]] == pytest.approx([s for _, s in offline],
+                                                                                   abs=1e-6)

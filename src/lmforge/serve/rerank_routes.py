@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, create_model
 from lmforge.pipelines.rerank import RerankQueryOptions, order
 from lmforge.serve import job_kinds
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, check_count, check_text, fit_lengths,
-                                  too_large)
+                                  text_head, too_large)
 from lmforge.serve.option_schemas import options_fields
 from lmforge.serve.routes import ERRORS, build_options, count_tokens, split
 from lmforge.serve.schemas import EXACT, MODEL_FIELD, SOME, JSONBody
@@ -106,7 +106,9 @@ async def _pair_lengths(server, served, query: str, documents: list, truncate: b
     count)."""
     limit = served.task.max_len
     room = limit * MAX_TOKEN_CHARS  # no token spans more characters: the rest of a longer text is never read
-    query, heads = await _query_head(served, query[:room], limit), [d[:room] for d in documents]
+    # each head ends at a whole word: a cut one made more tokens than the text (limits.text_head)
+    query = await _query_head(served, text_head(query, room), limit)
+    heads = [text_head(d, room) for d in documents]
     counts = await count_tokens(server, served, [query] * len(heads), heads)
     try:
         lengths = fit_lengths(counts, limit, truncate, server.limits)

@@ -269,3 +269,15 @@ def test_python_s_seed_samples_as_the_command_line_s_seed(dirs, capsys):
         with pytest.raises(OptionsError) as err:
             lmforge.generate(model, ids, **sampled, **bad)
         assert err.value.field == "seed" and "\n" not in str(err.value)
+
+
+def test_a_sampling_flag_beside_do_sample_false_is_refused_as_a_contradiction(dirs, capsys):
+    """--do-sample false --temperature 0.7: the two flags contradict, and the one line says so, naming
+    temperature and what to give; not that temperature is read only when sampling, as if left to it."""
+    argv = ["generate", "--model", str(dirs["gpt2"]), "the cat", "--do-sample", "false"]
+    err = _refused(capsys, [*argv, "--temperature", "0.7"])
+    assert "--temperature 0.7: temperature=0.7 contradicts do_sample=false" in err
+    assert "give do_sample=true to sample, or leave temperature out" in err
+    with pytest.raises(OptionsError, match="seed=3 contradicts do_sample=false") as python:  # Python's too
+        lmforge.generate(lmforge.load(dirs["gpt2"]), torch.tensor([[5, 6]]), do_sample=False, seed=3)
+    assert python.value.field == "seed"

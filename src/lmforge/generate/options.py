@@ -355,19 +355,25 @@ def refuse_unused(options: GenerationOptions, given, seed=None) -> None:
     if not options.do_sample:
         for name in SAMPLING_ONLY:
             if changed(name) and not (name == "temperature" and options.temperature == 0):
-                raise OptionsError(f"{name}={getattr(options, name)!r} is read only when sampling "
-                                   "(do_sample=true; on the command line and the server, temperature > 0): "
-                                   "leave it out for "
-                                   "greedy or beam search", name)
+                raise _unsampled(name, getattr(options, name), given)
     if options.num_beams == 1:
         for name in BEAMS_ONLY:
             if changed(name):
                 raise OptionsError(f"{name}={getattr(options, name)!r} is read only by beam search "
                                    "(num_beams > 1)", name)
     if seed is not None and not options.do_sample:
-        raise OptionsError(f"seed={seed} is read only when sampling (do_sample=true; on the command line "
-                           "and the server, temperature > 0 or the checkpoint's do_sample=true): leave it "
-                           "out for greedy or beam search", "seed")
+        raise _unsampled("seed", seed, given)
+
+
+def _unsampled(name: str, value, given) -> OptionsError:
+    """The refusal of sampling setting `name` where nothing is sampled: where the request itself said
+    do_sample=false, the two contradict (its sampling was not left to temperature), else it is unread."""
+    if "do_sample" in given:
+        return OptionsError(f"{name}={value!r} contradicts do_sample=false, also given: {name} is read only "
+                            f"when sampling; give do_sample=true to sample, or leave {name} out", name)
+    return OptionsError(f"{name}={value!r} is read only when sampling (do_sample=true; on the command line "
+                        "and the server, temperature > 0 or the checkpoint's do_sample=true): leave it out "
+                        "for greedy or beam search", name)
 
 
 def field_kind(name: str) -> str:

@@ -146,3 +146,18 @@ def test_one_overlap_is_refused_in_one_wording_by_the_command_and_by_python(mode
         run_quantize(model, out) if job == "quantize" else run_ict(str(model), out, TrainConfig(steps=1))
     assert str(err.value) == words("out", "model") and err.value.field == "out"
     assert sorted(p.name for p in model.parent.rglob("*")) == before  # nothing written by either
+
+
+@pytest.mark.parametrize("argv", [["retrieve", "ict", "--steps", "1"], ["index", "build"]])
+def test_an_out_holding_a_retrieval_input_is_refused_naming_the_flags(tmp_path, argv):
+    """A retrieval job's out may hold none of its inputs (a later run would read them back): the command let
+    such an --out through to its Python job, whose line named "out" and "model", no flag the command has."""
+    import lmforge
+
+    model, passages = tmp_path / "run" / "enc", tmp_path / "p.txt"
+    lmforge.build(lmforge.tiny("bert-base")).save(model)
+    passages.write_text("the cat sat on the mat .\n")
+    out = tmp_path / "run"
+    line = cli_verdict([*argv, "--model", str(model), "--passages", str(passages), "--out", str(out)], {})
+    assert line is not None and f": error: --out {out} holds the input --model {model}: " in line, line
+    assert sorted(p.name for p in out.iterdir()) == ["enc"]  # nothing written

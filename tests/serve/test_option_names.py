@@ -20,7 +20,7 @@ from tests.serve.conftest import _save, _task, _tiny, _tokenizer
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
-from lmforge.serve import generation_schemas, schemas
+from lmforge.serve import generation_schemas, option_schemas
 from lmforge.serve.app import create_app
 from lmforge.serve.models import load_served
 
@@ -182,11 +182,11 @@ def test_fill_mask_s_counts_read_a_whole_float_too():
     """FillMaskRequest's top_k and max_span read 3.0 as 3 too (they refused it, as seed and n did)."""
     import pydantic
 
-    read = schemas.FillMaskRequest(text="a [MASK]", top_k=3.0, max_span=4.0)
+    read = option_schemas.FillMaskRequest(text="a [MASK]", top_k=3.0, max_span=4.0)
     assert (read.top_k, read.max_span) == (3, 4) and type(read.top_k) is int
     for bad in ({"top_k": 3.5}, {"top_k": True}, {"max_span": "4"}):
         with pytest.raises(pydantic.ValidationError):
-            schemas.FillMaskRequest(text="a [MASK]", **bad)
+            option_schemas.FillMaskRequest(text="a [MASK]", **bad)
 
 
 def test_features_layers_reads_a_whole_float_as_lmforge_features_does():

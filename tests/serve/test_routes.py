@@ -351,7 +351,7 @@ def test_a_value_of_another_json_type_is_refused_not_coerced(server, route, body
 
 def test_fill_mask_s_span_bound_is_the_pipeline_s():
     from lmforge.pipelines.fill_mask import MAX_SPAN
-    from lmforge.serve.schemas import FillMaskRequest
+    from lmforge.serve.option_schemas import FillMaskRequest
 
     limits = FillMaskRequest.model_json_schema()["properties"]["max_span"]
     assert limits["maximum"] == MAX_SPAN and limits["minimum"] == 1

@@ -1,7 +1,8 @@
-"""Request and response bodies made from options objects: /embed's and /v1/embeddings' (EmbedOptions) and
-/features' (FeatureOptions), each field's help, default, bounds and choices in the spec; the values are
-judged when the route builds the options object, so the server refuses what the library and the command
-refuse. A null is the field not given (its default), as the objects' build() reads a Python None.
+"""Request and response bodies made from options objects: /embed's and /v1/embeddings' (EmbedOptions),
+/features' (FeatureOptions) and /fill_mask's (FillOptions), each field's help, default, bounds and choices in
+the spec; the values are judged when the route builds the options object, so the server refuses what the
+library and the command refuse. A null is the field not given (its default), as the objects' build() reads a
+Python None; /fill_mask refuses a null, as lmforge.fill_mask refuses None.
 """
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from pydantic import BaseModel, BeforeValidator, Field, create_model
 from lmforge.analysis.feature_options import FeatureOptions
 from lmforge.config.options import OptionsError, base_type, bounds_text, coerce, whole_kind
 from lmforge.pipelines.embed_options import EmbedOptions
+from lmforge.pipelines.fill_mask import FillOptions
 from lmforge.serve.schemas import EXACT, MODEL_FIELD, OPENAI, SOME, field_error, refused_name
 
 
-def options_fields(cls, skip: tuple = ()) -> dict:
+def options_fields(cls, skip: tuple = (), nullable: bool = True, notes: dict | None = None) -> dict:
     """name -> (type, Field) of each field of the options dataclass `cls` (its help, default, bounds and
-    choices in the schema); the values are judged when the request's options object is built. Each may be
-    null, read as not given: build() drops a None (drop_none), as lmforge.embed's keyword arguments do."""
+    choices in the schema, then its words in `notes`); the values are judged when the request's options object
+    is built. Each may be null, read as not given: build() drops a None (drop_none), as lmforge.embed's
+    keyword arguments do; not `nullable`: a null is refused, as a function that takes no None refuses it."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
@@ -33,8 +36,8 @@ def options_fields(cls, skip: tuple = ()) -> dict:
             extra["enum"] = [*meta["choices"], None]
         if meta.get("items"):  # a list of numbers: the bounds are each item's, in the array's own schema
             extra = _list_schema(meta, extra)
-        described = meta.get("help", "") + bounds_text(meta)
-        kind = hints[f.name] | None
+        described = meta.get("help", "") + bounds_text(meta) + (notes or {}).get(f.name, "")
+        kind = hints[f.name] | None if nullable else hints[f.name]
         # a whole 3.0 is 3, as the library and a config file read it: an int field's, and a union's that
         # admits an int and no float (layers: int | str | list, where 2.0 was refused as no integer)
         if whole_kind(base_type(f.type)[0]):
@@ -134,6 +137,22 @@ class EmbedResponse(BaseModel):
 FeaturesRequest = create_model("FeaturesRequest", __base__=TextsBase, __module__=__name__,
                                __doc__="Contextual features of texts (lmforge.features' FeatureOptions).",
                                **options_fields(FeatureOptions))
+
+
+class FillBase(BaseModel):
+    """A text with one mask and the model that fills it."""
+
+    model_config = EXACT
+    text: str
+    model: str | None = MODEL_FIELD
+
+
+# lmforge.fill_mask refuses top_k=None (and the command line has no null): so is a null here, not a default
+FillMaskRequest = create_model(
+    "FillMaskRequest", __base__=FillBase, __module__=__name__,
+    __doc__="A text with one [MASK] (or <mask>) to fill (lmforge.fill_mask's FillOptions).",
+    **options_fields(FillOptions, nullable=False,
+                     notes={"top_k": "; at most the server's max_top_k (413 beyond, /info)"}))
 
 
 class FeatureToken(BaseModel):

@@ -19,7 +19,7 @@ from lmforge.analysis.attention import layer_list, view_depth
 from lmforge.config.checks import room_for_text
 from lmforge.config.options import OptionsError
 from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
-from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, with_mask
+from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, check_fill, with_mask
 from lmforge.serve import option_schemas, schemas
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, TextBound, bounded_ids, check_count,
                                   check_request_tokens, check_text, fit_lengths, text_bound, text_head,
@@ -223,21 +223,32 @@ def one_mask(served, text: str) -> None:
         raise RequestError(422, f"text: {err}", param="text") from None
 
 
+def fill_options(body, limits) -> tuple:
+    """(top_k, max_span) of a fill-mask request: past the server's max_top_k a 413 naming it, checked first
+    as /generate checks max_new_tokens against its limit (a server may allow fewer than FillOptions), then
+    FillOptions' checks, lmforge.fill_mask's: a 422 naming the field, in the library's words."""
+    if body.top_k > limits.max_top_k:
+        raise too_large("max_top_k", f"top_k={body.top_k} is more than max_top_k={limits.max_top_k}")
+    try:
+        return check_fill(body.top_k, body.max_span)
+    except OptionsError as err:
+        raise RequestError(422, str(err), param=err.field) from None
+
+
 @router.post("/fill_mask", response_model=schemas.FillMaskResponse, tags=["masked language models"])
-async def fill_mask(body: schemas.FillMaskRequest, request: Request):
+async def fill_mask(body: option_schemas.FillMaskRequest, request: Request):
     """The top-k fillings of the one [MASK] / <mask> (MLM encoders, T5, BART)."""
     server = _server(request)
     served = server.pick(body.model, "fill_mask")
-    if body.top_k > server.limits.max_top_k:
-        raise too_large("max_top_k", f"top_k={body.top_k} is more than max_top_k={server.limits.max_top_k}")
+    top_k, max_span = fill_options(body, server.limits)
     one_mask(served, body.text)
     bound = TextBound(served.max_tokens, cut=False, field="text")
     # its head only, as /embed's and /features' texts: a 4 MB text was tokenized whole (4.6 s) for the 413
     _, counts = await clip(server, served, [body.text], False, bound)
     (n,) = fit_lengths(counts, bound, False, server.limits)
-    span = min(body.max_span, served.max_tokens)
-    payload = {"text": body.text, "top_k": body.top_k, "max_span": span}
-    (candidates,) = await server.run("fill_mask", served, [(payload, n + span * body.top_k, 1)])
+    span = min(max_span, served.max_tokens)
+    payload = {"text": body.text, "top_k": top_k, "max_span": span}
+    (candidates,) = await server.run("fill_mask", served, [(payload, n + span * top_k, 1)])
     return JSONBody({"model": served.name, "candidates": candidates})
 
 

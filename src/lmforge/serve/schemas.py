@@ -3,8 +3,8 @@
 /v1/embeddings and /v1/completions follow OpenAI's schemas (unknown fields are ignored, as
 clients send extras, but lmforge's own names of settings the route does not take are refused);
 lmforge's own routes refuse unknown fields, so a typo is an error rather than a silently ignored
-setting. No float may be NaN or infinite. /v1/embeddings' request is made in option_schemas.py, the
-generation routes' in generation_schemas.py.
+setting. No float may be NaN or infinite. /v1/embeddings', /embed's, /features' and /fill_mask's requests
+are made in option_schemas.py, the generation routes' in generation_schemas.py.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from lmforge.config.options import OptionsError, whole_number
-from lmforge.pipelines.fill_mask import MAX_SPAN
 
 # no coercion anywhere: "8" is not 8, true is not 1, "no" is not false (a client's typo, refused: 422)
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
@@ -131,18 +130,6 @@ class PredictResponse(BaseModel):
     model: str
     task: str
     predictions: list[Prediction]
-
-
-class FillMaskRequest(BaseModel):
-    """A text with one [MASK] (or <mask>) to fill."""
-
-    model_config = STRICT
-    text: str
-    model: str | None = MODEL_FIELD
-    top_k: WholeInt = Field(5, ge=1, description="candidates returned (at most the server's max_top_k; "
-                             "a T5 / BART model's at most its 64 beams)")
-    max_span: WholeInt = Field(10, ge=1, le=MAX_SPAN, description="T5 / BART: most tokens generated for the "
-                                "mask (the pipeline's bound: the same in Python and on the command line)")
 
 
 class Candidate(BaseModel):

@@ -160,7 +160,7 @@ def test_a_misspelt_option_with_a_preset_is_named_among_every_kind_of_option(tmp
     assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(tmp_path / "o"),
                  "--steps", "1", "duplicaton=2"]) == 2
     err = capsys.readouterr().err
-    assert "unknown option(s) ['duplicaton']" in err and "lmforge options pretrain" in err
+    assert "unknown option duplicaton" in err and "lmforge options pretrain" in err
     assert err.count("\n") == 1 and not (tmp_path / "o").exists()
 
 

@@ -61,7 +61,7 @@ def test_bad_input_is_one_line_with_status_2(tiny, tmp_path, capsys):
                  "--questions", str(bad)]) == 2
     assert "qa.jsonl: line 2: not JSON" in capsys.readouterr().err
     assert main(["retrieve", "train", "--model", str(tiny), "--out", str(tmp_path / "r"), "colour=red"]) == 2
-    assert "unknown option(s) ['colour']" in capsys.readouterr().err
+    assert "unknown option colour" in capsys.readouterr().err
     assert main(["retrieve", "--index", str(tmp_path / "none"), "--query", "q", "--method", "bm25"]) == 2
 
 

@@ -68,8 +68,8 @@ def test_qa_options_reach_the_task_and_its_task_json(model_dir, tmp_path):
     (["--builtin", "sentiment", "--task", "pair", "--out", "o"], "is a cls task, not pair"),
     (["--builtin", "sentiment", "--out", "o", "n_layers=1"], "model config fields apply to presets only"),
     # no option at all: said so, not "apply to presets only" (a folder) or the model fields alone (a preset)
-    (["--builtin", "sentiment", "--out", "o", "frozen=1"], "unknown option(s) ['frozen']: neither training"),
-    (["--builtin", "sentiment", "--out", "o", "learning_rate=1e-5"], "(`lmforge options finetune` lists"),
+    (["--builtin", "sentiment", "--out", "o", "frozen=1"], "unknown option frozen"),
+    (["--builtin", "sentiment", "--out", "o", "learning_rate=1e-5"], "(all: lmforge options finetune)"),
     (["--builtin", "sentiment", "--out", "o", "layer_decay=2"],
      "layer_decay must be a finite number > 0 and <= 1"),
     (["--builtin", "questions", "--out", "o", "n_best=0"], "n_best must be an integer >= 1 and <= 1000"),

@@ -72,12 +72,13 @@ def _option_keys(options: dict) -> tuple:
 
     from lmforge.cli.common import UsageError
     from lmforge.compress.task_distillation import LOSS
+    from lmforge.config.names import unknown_message
     from lmforge.train import TrainConfig
 
     loss_keys, train_keys = set(LOSS), {f.name for f in fields(TrainConfig)}
     unknown = sorted(set(options) - loss_keys - train_keys)
     if unknown:
-        raise UsageError(f"unknown option(s) {unknown}: training or loss ({', '.join(LOSS)}) options")
+        raise UsageError(unknown_message(unknown, loss_keys | train_keys, listed="lmforge options distill"))
     return loss_keys, train_keys
 
 

@@ -10,6 +10,7 @@ from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_named, fl
                                 option_flags, parse_overrides, read_config_file, refuse_nested,
                                 refuse_overwrite, said, tokenizer_folder, train_config)
 from lmforge.config import ModelConfig
+from lmforge.config.names import unknown_message
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
 from lmforge.train.checkpoint import RUN_FILES
@@ -81,14 +82,14 @@ def cmd_pretrain(args) -> None:
     if sum(x is not None for x in (args.preset, args.model, args.teacher)) != 1:
         raise UsageError(SOURCES)
     recipe = recipe_options(args, model)
+    unknown = sorted(set(model) - {f.name for f in dataclasses.fields(ModelConfig)})
+    if unknown:  # neither a training, a recipe nor a model option: suggested from all three
+        known = [f.name for cls in (TrainConfig, RecipeOptions, ModelConfig) for f in dataclasses.fields(cls)]
+        raise UsageError(unknown_message(unknown, known, listed="lmforge options pretrain"))
     if (args.model is not None or args.teacher is not None) and model:
         given = "--model DIR is pretrained further" if args.model else "the student is the teacher's"
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to --preset only; "
                          f"{given} as it is)")
-    unknown = sorted(set(model) - {f.name for f in dataclasses.fields(ModelConfig)})
-    if unknown:  # neither a training, a recipe nor a model option: the model's list alone would mislead
-        raise UsageError(f"unknown option(s) {unknown}: neither training options, recipe options nor model "
-                         f"config fields (`lmforge options pretrain` lists them all)")
     read = read_options(args)
     tokenizer_folder("--tokenizer", args.tokenizer)  # the files after the options, as Python checks them
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None

@@ -93,18 +93,23 @@ def sparse_options(args, given: dict):
 def _sparse_configs(args) -> tuple:
     """(TrainConfig, TaskConfig, SparseConfig) of magnitude / movement's --config, key=value and flags (a flag
     wins), checked before any file but --config is looked at."""
+    from dataclasses import fields
+
     from lmforge.cli.common import UsageError, parse_overrides, read_config_file, train_config
     from lmforge.cli.tasks import split_options
     from lmforge.compress.sparse_finetune import SCHEDULE
+    from lmforge.config.names import unknown_message
     from lmforge.tasks.finetune import TaskConfig
+    from lmforge.train import TrainConfig
 
     if not args.train:
         raise UsageError(f"--method {args.method} fine-tunes while pruning: give --train FILE")
     given = {**read_config_file(args.config), **parse_overrides(args.overrides)}
     train_opts, task_opts, rest = split_options(given)
     sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SCHEDULE}
-    if rest:
-        raise UsageError(f"unknown option(s) {sorted(rest)}")
+    if rest:  # neither a training, a fine-tuning nor a schedule option: suggested from all three
+        known = [f.name for cls in (TrainConfig, TaskConfig) for f in fields(cls)] + list(SCHEDULE)
+        raise UsageError(unknown_message(rest, known, listed="lmforge options prune"))
     sparse_cfg = sparse_options(args, sparse_opts)
     return train_config(args, train_opts), TaskConfig.from_dict(task_opts), sparse_cfg
 

@@ -48,6 +48,7 @@ def _options(args) -> tuple:
     from dataclasses import fields
 
     from lmforge.cli.common import UsageError, parse_overrides, read_config_file
+    from lmforge.config.names import unknown_message
     from lmforge.config.options import checked_as
     from lmforge.retrieval.dpr import EncoderOptions
     from lmforge.train import TrainConfig
@@ -56,7 +57,7 @@ def _options(args) -> tuple:
     train_keys, enc_keys = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(EncoderOptions)}
     unknown = sorted(set(options) - train_keys - enc_keys)
     if unknown:
-        raise UsageError(f"unknown option(s) {unknown}: training options or {', '.join(sorted(enc_keys))}")
+        raise UsageError(unknown_message(unknown, train_keys | enc_keys, listed="lmforge options retrieve"))
     return ({k: v for k, v in options.items() if k in train_keys},
             {k: checked_as(EncoderOptions, k, v) for k, v in options.items() if k in enc_keys})
 
@@ -132,17 +133,17 @@ def check_source(flag: str, given: str | None, named: tuple = ("builtin",), fold
 
 def _check_rerank(args) -> None:
     """--rerank names a reranker directory (--candidates' bounds and need of it: cmd_query, before)."""
-    from lmforge.tasks.finetune import task_info
-    from lmforge.tasks.reference import own_kind
+    from lmforge.config.options import OptionsError
+    from lmforge.pipelines.rerank import check_reranker
 
     if args.rerank is None:
         return
     if not Path(args.rerank).is_dir():
         raise UsageError(f"--rerank {args.rerank}: no such directory")
-    kind = own_kind(task_info(args.rerank))
-    if kind != "rerank":
-        raise UsageError(f"--rerank {args.rerank}: not a reranker (its task.json says {kind or 'nothing'}; "
-                         f"train one with lmforge finetune --task rerank)")
+    try:
+        check_reranker(args.rerank)  # lmforge.rerank's rule: a CrossEncoder's folder is one too
+    except OptionsError as err:
+        raise UsageError(f"--rerank {args.rerank}: {err}") from None
 
 
 def _train_config(args, command: str | None = None) -> tuple:

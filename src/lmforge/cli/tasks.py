@@ -64,11 +64,14 @@ def refuse_unknown(model: dict) -> None:
     would mislead."""
     from lmforge.cli.common import UsageError
     from lmforge.config import ModelConfig
+    from lmforge.config.names import unknown_message
+    from lmforge.tasks.finetune import TaskConfig
+    from lmforge.train import TrainConfig
 
     unknown = sorted(set(model) - set(ModelConfig.__dataclass_fields__))
-    if unknown:
-        raise UsageError(f"unknown option(s) {unknown}: neither training options, fine-tuning options nor "
-                         f"model config fields (`lmforge options finetune` lists them all)")
+    if unknown:  # suggested from all three (learning_rat lands here)
+        known = [name for cls in (TrainConfig, TaskConfig, ModelConfig) for name in cls.__dataclass_fields__]
+        raise UsageError(unknown_message(unknown, known, listed="lmforge options finetune"))
 
 
 def task_data(args, labelled: bool = True) -> tuple:

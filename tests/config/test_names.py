@@ -68,3 +68,13 @@ def test_the_command_line_refuses_the_typo_alike_with_exit_2(capsys):
 def test_every_model_field_is_still_known():
     given = {f.name: getattr(ModelConfig(), f.name) for f in dataclasses.fields(ModelConfig)}
     assert ModelConfig.from_dict(given) == ModelConfig()
+
+
+def test_the_reference_library_s_names_suggest_lmforge_s_own():
+    """learning_rate is spelt nothing like lr, and hidden_size was read as ffn_sizes: both are suggested as
+    what they mean, first."""
+    with pytest.raises(ConfigError, match=r"^unknown config field hidden_size; did you mean d_model\b"):
+        lmforge.build("bert-base", hidden_size=128)
+    with pytest.raises(OptionsError, match=r"^unknown training option learning_rate; did you mean lr\?"):
+        TrainConfig.from_dict({"learning_rate": 1e-4})
+    assert close_names("num_layers", ["num_beams", "n_layers"])[0] == "n_layers"

@@ -16,12 +16,25 @@ LISTED = {"ModelConfig": "lmforge options model", "TrainConfig": "lmforge option
           "TaskConfig": "lmforge options finetune", "RecipeOptions": "lmforge options pretrain",
           "FitConfig": "lmforge options probe", "DistillConfig": "lmforge options distill",
           "SparseConfig": "lmforge options prune", "EncoderOptions": "lmforge options retrieve"}
+# the reference library's (transformers') names for fields lmforge names otherwise, which no spelling is
+# close to (learning_rate is nothing like lr; hidden_size was read as ffn_sizes): suggested first
+REFERENCE = {"learning_rate": "lr", "num_train_epochs": "epochs", "max_steps": "steps",
+             "warmup_steps": "warmup", "per_device_train_batch_size": "batch_size",
+             "gradient_accumulation_steps": "accumulation",
+             "hidden_size": "d_model", "n_embd": "d_model", "num_hidden_layers": "n_layers",
+             "num_layers": "n_layers", "n_layer": "n_layers", "num_attention_heads": "n_heads",
+             "n_head": "n_heads", "intermediate_size": "d_ff", "max_position_embeddings": "max_seq_len",
+             "n_positions": "max_seq_len", "hidden_dropout_prob": "dropout", "layer_norm_eps": "norm_eps",
+             "attention_probs_dropout_prob": "attention_dropout"}
 
 
 def close_names(name, known, n: int = 3) -> list:
-    """The names of `known` closest to `name`, closest first ([] where none is close): the one source of
-    "did you mean" for fields, options, keywords, flags and presets."""
-    return difflib.get_close_matches(str(name), [str(k) for k in known], n=n)
+    """The names of `known` closest to `name`, closest first ([] where none is close; the reference
+    library's name of one first): the one source of "did you mean" for fields, options, keywords, flags
+    and presets."""
+    known = [str(k) for k in known]
+    meant = [REFERENCE[name]] if REFERENCE.get(name) in known else []
+    return (meant + [c for c in difflib.get_close_matches(str(name), known, n=n) if c not in meant])[:n]
 
 
 def listed_at(cls) -> str:

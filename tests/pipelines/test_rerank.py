@@ -1,6 +1,8 @@
 """lmforge.rerank's own arguments, checked as the server's /rerank checks them: documents are a list of texts
 (one text is not three documents of one character each), batch_size within embed's bound; each refusal an
 OptionsError naming its argument, before the model is read."""
+import re
+
 import pytest
 import torch
 
@@ -108,6 +110,28 @@ def test_a_model_of_another_task_is_refused_naming_the_model():
     with pytest.raises(OptionsError, match=r"\(kind='rerank', --task rerank\), not 'cls'") as refused:
         Reranker(SimpleNamespace(kind="cls"))
     assert refused.value.field == "model"
+
+
+def test_a_folder_that_is_no_reranker_is_refused_naming_the_model_in_python_and_the_cli(tmp_path):
+    """lmforge.rerank on a folder never fine-tuned (or fine-tuned for cls) raised a plain ValueError about a
+    random head; now an OptionsError naming model, which --rerank says too."""
+    from lmforge.cli.common import UsageError
+    from lmforge.cli.retrieve import _check_rerank
+    from lmforge.tasks.finetune import save_model
+
+    torch.manual_seed(0)
+    plain, classifier = tmp_path / "plain", tmp_path / "cls"
+    tiny("bert-base").save(plain)
+    tokenizer("bert").save(plain)
+    save_model(make_task("cls", tiny("bert-base"), tokenizer("bert"), [], TaskConfig(), ["a", "b"]),
+               classifier)
+    for folder, said in ((plain, "no task.json"), (classifier, "its task.json says cls")):
+        with pytest.raises(OptionsError, match=re.escape(f"is not a reranker ({said})")) as refused:
+            lmforge.rerank(folder, QUERY, DOCS)
+        assert refused.value.field == "model" and "\n" not in str(refused.value)
+        cli = f"--rerank {folder}: {folder} is not a reranker ({said})"
+        with pytest.raises(UsageError, match=re.escape(cli)):
+            _check_rerank(type("Args", (), {"rerank": str(folder)}))
 
 
 @pytest.mark.parametrize("activation", [None, "torch.nn.modules.activation.Sigmoid",

@@ -92,7 +92,13 @@ class Reranker:
         if isinstance(model, (str, Path)):
             from lmforge.tasks.finetune import fine_tuned_task
 
-            return cls(fine_tuned_task(model, [], kind="rerank", device=device).eval())
+            try:
+                return cls(fine_tuned_task(model, [], kind="rerank", device=device).eval())
+            except OptionsError:
+                raise
+            except ValueError:  # said in the task's terms ("never fine-tuned for rerank"): said as one of
+                check_reranker(model)  # lmforge.rerank's arguments where the folder is no reranker
+                raise
         return cls(model)
 
     def counts(self, query: str, documents: list) -> list:
@@ -114,6 +120,27 @@ class Reranker:
         ranked = [Ranked(i, self.score(logits[i]), logits[i], min(counts[i], limit), counts[i] > limit)
                   for i in order(logits)]
         return ranked[:options.top_n] if options.top_n else ranked
+
+
+def check_reranker(model) -> None:
+    """Refuse a model folder (or name) that is no reranker, by what its files say (a task.json of kind rerank,
+    or a CrossEncoder's head): an OptionsError naming model, for lmforge.rerank and --rerank alike (a
+    never fine-tuned folder was a plain ValueError about a random head in Python)."""
+    from lmforge.io import find_model_dir, model_dir
+    from lmforge.presets import PRESETS
+    from lmforge.tasks.reference import fine_tuned_for, task_info
+
+    preset = str(model) in PRESETS  # built untrained: no reranker
+    if not preset:
+        find_model_dir(model)  # a name of no model: lmforge.load's CheckpointError, as fine_tuned_task says
+    info = {} if preset else task_info(model_dir(model) or model)
+    if fine_tuned_for(info, "rerank"):
+        return
+    kind, kinds = info.get("kind"), info.get("kinds")
+    said = ("a preset, never fine-tuned" if preset else f"its task.json says {kind}" if kind
+            else f"its head is read as {' or '.join(kinds)}" if kinds else "no task.json")
+    raise OptionsError(f"{model} is not a reranker ({said}); fine-tune one with lmforge finetune --task "
+                       "rerank", "model")
 
 
 def _check_request(query, documents, batch_size) -> tuple:

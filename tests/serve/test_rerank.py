@@ -139,3 +139,27 @@ def test_a_long_query_of_few_tokens_is_read_as_lmforge_rerank_reads_it(dirs):
     assert [r["index"] for r in answer.json()["results"]] == [i for i, _ in offline]
     assert [r["relevance_score"] for r in answer.json()["results"]] == pytest.approx([s for _, s in offline],
                                                                                    abs=1e-6)
+
+
+def test_a_query_or_document_mostly_whitespace_is_read_whole_as_lmforge_rerank_reads_it(dirs):
+    """A text whose first max_len x 128 characters are whitespace was read as its head alone, nothing: the
+    pairs were counted and scored without the query's (or the document's) words, unlike lmforge.rerank; as
+    /embed's texts (clip), a long text whose head holds few tokens is read whole."""
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve.app import create_app
+    from lmforge.serve.models import load_served
+
+    served, pad = load_served("rr", dirs["rr"]), " " * (24 * 128)  # the head's room: max_len 24
+    long = " ".join([QUERY] * 10)  # past max_len: the pair keeps as much of the document as offline
+    for query, documents in ((pad + QUERY, DOCS[:4]), (QUERY, [pad + "a dog", *DOCS[:3]]),
+                             (long, [pad + "a dog", *DOCS[:3]])):
+        with TestClient(create_app({"rr": served}, threads=1)) as client:
+            answer = client.post("/rerank", json={"query": query, "documents": documents, "truncate": True})
+        assert answer.status_code == 200, answer.text
+        whole = sum(min(len(served.front.encode(query, d).ids), 24) for d in documents)
+        assert answer.json()["usage"]["prompt_tokens"] == whole
+        offline = lmforge.rerank(dirs["rr"], query, documents, truncate=True)
+        assert [r["index"] for r in answer.json()["results"]] == [i for i, _ in offline]
+        assert [r["relevance_score"] for r in answer.json()["results"]] == pytest.approx(
+            [s for _, s in offline], abs=1e-6)

@@ -92,13 +92,23 @@ def rerank_batch(served, payloads: list) -> list:
 job_kinds.BATCHED["rerank"] = rerank_batch  # the workers' table of batched jobs: this route's kind
 
 
-async def _query_head(served, query: str, limit: int) -> str:
-    """The query as far as any pair reads it: no pair of max_len `limit` keeps a token past its first `limit`
-    (MAX_TOKEN_CHARS characters more keep the word at the cut whole). Each document's pair tokenized the
-    whole head, limit x 128 characters: 1,024 documents and a 64 KB query took 39 s of the server's
-    tokenizer before the 413 for max_request_tokens."""
-    spans = (await anyio.to_thread.run_sync(served.front.encode, query, None, False)).offsets
-    return query if len(spans) <= limit else query[:spans[limit - 1][1] + MAX_TOKEN_CHARS]
+async def _query_head(served, query: str, limit: int) -> tuple:
+    """(the query as far as any pair reads it, its tokens): no pair of max_len `limit` keeps a token past its
+    first `limit` (MAX_TOKEN_CHARS characters more keep the word at the cut whole). Each document's pair
+    tokenized the whole head, limit x 128 characters: 1,024 documents and a 64 KB query took 39 s of the
+    server's tokenizer before the 413 for max_request_tokens. Its first limit x 128 characters are read
+    first; where they hold no more than `limit` tokens (mostly whitespace) the whole query decides."""
+    def spans(text: str) -> list:
+        return served.front.encode(text, None, False).offsets
+
+    head = text_head(query, limit * MAX_TOKEN_CHARS)  # ends at a whole word: a cut one made more tokens
+    found = await anyio.to_thread.run_sync(spans, head)
+    if len(found) <= limit and len(head) < len(query):
+        head, found = query, await anyio.to_thread.run_sync(spans, query)
+    if len(found) > limit:  # whole words again: its tokens are those of the query's that end in it
+        head = text_head(head, found[limit - 1][1] + MAX_TOKEN_CHARS)
+        found = [span for span in found if span[1] <= len(head)]
+    return head, len(found)
 
 
 async def _pair_lengths(server, served, query: str, documents: list, truncate: bool) -> tuple:
@@ -106,10 +116,16 @@ async def _pair_lengths(server, served, query: str, documents: list, truncate: b
     count)."""
     limit = served.task.max_len
     room = limit * MAX_TOKEN_CHARS  # no token spans more characters: the rest of a longer text is never read
-    # each head ends at a whole word: a cut one made more tokens than the text (limits.text_head)
-    query = await _query_head(served, text_head(query, room), limit)
-    heads = [text_head(d, room) for d in documents]
+    query, taken = await _query_head(served, query, limit)
+    taken += served.front.backend.num_special_tokens_to_add(True)  # a pair's tokens besides the document's
+    heads = [text_head(d, room) for d in documents]  # ends at a whole word: a cut one made more tokens
     counts = await count_tokens(server, served, [query] * len(heads), heads)
+    # a head of few tokens (mostly whitespace): the whole document decides, as clip's texts; counted at once
+    whole = [i for i, d in enumerate(documents) if len(d) > room and counts[i] - taken <= limit]
+    if whole:
+        found = await count_tokens(server, served, [query] * len(whole), [documents[i] for i in whole])
+        for i, n in zip(whole, found):
+            heads[i], counts[i] = documents[i], n
     try:
         lengths = fit_lengths(counts, limit, truncate, server.limits)
     except RequestError as err:

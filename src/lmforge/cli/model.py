@@ -218,6 +218,9 @@ def cmd_embed(args) -> None:
     if args.calibrate and args.out is not None:  # never a flag taken and nothing written where it says
         raise UsageError(f"--out {args.out}: --calibrate writes no embeddings, only their ranges beside the "
                          f"model (embedding_ranges.json); drop --out")
+    if args.calibrate and args.encoding_format is not None:  # was taken, then ignored: ranges serve any
+        raise UsageError(f"--encoding-format {args.encoding_format}: --calibrate writes no embeddings, only "
+                         "the ranges that int8 and uint8 read later; drop --encoding-format")
     if args.calibrate and not Path(args.model).is_dir() and model_dir(args.model) is not None:
         # an installed model's folder lies in site-packages: written into, the package changes for every user
         raise UsageError(f"--calibrate: {args.model} is an installed package's folder, not to be written "

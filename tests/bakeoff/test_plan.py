@@ -19,7 +19,7 @@ def test_a_valid_plan_loads_with_defaults(tiny_plan):
 @pytest.mark.parametrize("change, field", [
     (lambda p: p["arms"][1].update(objective="nonsense"), "arms[1].objective"),
     (lambda p: p["arms"][0].update(preset="no-such-preset"), "arms[0].preset"),
-    (lambda p: p["arms"][0].update(speed=3), "arms[0].speed"),
+    (lambda p: p["arms"][0].update(speed=3), "arms[0]: unknown field speed"),
     (lambda p: p.update(budget=-1), "budget"),
     (lambda p: p.update(seeds=[0, 0]), "seeds"),
     (lambda p: p["claims"][0].update(better="gpt"), "claims[0].better"),

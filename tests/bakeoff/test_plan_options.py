@@ -135,9 +135,13 @@ def test_epochs_zero_is_refused_in_the_options_words_naming_the_plans_key(tiny_p
 
 def test_an_unknown_fine_tuning_option_lists_both_objects_keys(tiny_plan):
     tiny_plan["finetune"] = {"max_len": 64, "lr": 1e-4, "learning_rate": 1e-4}  # TaskConfig's, TrainConfig's
-    with pytest.raises(PlanError, match=r"^my\.yaml: finetune\.learning_rate: unknown option \(known: ") as e:
+    with pytest.raises(PlanError, match=r"^my\.yaml: finetune: unknown option learning_rate; ") as e:
         check_plan(tiny_plan, "my.yaml")
-    assert "max_len" in str(e.value) and "lr" in str(e.value)  # TaskConfig's keys too, not only TrainConfig's
+    assert "did you mean lr?" in str(e.value) and "(all: lmforge options finetune)" in str(e.value)
+    tiny_plan["finetune"] = {"max_lenn": 64}  # TaskConfig's keys too, not only TrainConfig's
+    with pytest.raises(PlanError) as e:
+        check_plan(tiny_plan, "my.yaml")
+    assert str(e.value).startswith("my.yaml: finetune: unknown option max_lenn; did you mean max_len")
 
 
 @pytest.mark.parametrize("key", NOT_IN_PRETRAIN)

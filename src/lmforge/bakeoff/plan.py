@@ -37,6 +37,7 @@ from lmforge.bakeoff.shipped import plan_file
 from lmforge.bakeoff.plan_reads import (check_arm_counted, check_arm_reads, check_corpus_files,
                                         check_finetune_reads, check_task_reads)
 from lmforge.config.model import MAX_VOCAB
+from lmforge.config.names import unknown_message
 from lmforge.config.options import OptionsError, check_value
 from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.tasks.formats import BUILTIN_SIZE
@@ -157,7 +158,7 @@ def _mapping(value, where: str, keys: set | None = None) -> dict:
         _fail(where, f"must be a mapping, got {type(value).__name__}")
     unknown = set(value) - keys if keys is not None else set()
     if unknown:
-        _fail(f"{where}.{sorted(unknown)[0]}", f"unknown field (known: {', '.join(sorted(keys))})")
+        _fail(where, unknown_message(unknown, keys, "field", "help(lmforge.bakeoff.plan)"))
     return dict(value)
 
 
@@ -334,7 +335,7 @@ def _check_recipes(pretrain: dict, finetune: dict, arms: tuple, source: str) -> 
     known = {f.name for cls in (TrainConfig, TaskConfig) for f in dataclasses.fields(cls)} - {"seed"}
     unknown = sorted(set(finetune) - known)  # said here: TrainConfig alone would list only its own keys
     if unknown:
-        _fail(f"{source}: finetune.{unknown[0]}", f"unknown option (known: {', '.join(sorted(known))})")
+        _fail(f"{source}: finetune", unknown_message(unknown, known, listed="lmforge options finetune"))
     train, task = split_finetune(finetune)
     _built(TrainConfig.from_dict, train, f"{source}: finetune")
     _built(TaskConfig.from_dict, task, f"{source}: finetune")

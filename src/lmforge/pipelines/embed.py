@@ -343,7 +343,8 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     EmbedOptions field given as a keyword argument changed (normalize=, dimensions=, encoding_format=,
     prompt=, prompt_name=, truncate=, max_chunks=, batch_invariant=; an unknown one is an OptionsError naming
     it): the options' vectors (int8 / uint8 / binary / ubinary: their integers), as the server's /embed
-    gives them. A text over the limit is refused unless truncate says otherwise; no texts: (0, d)."""
+    gives them. A text over the limit is refused unless truncate says otherwise; an empty list of texts is
+    refused (an OptionsError naming texts), as the server and the command line refuse it."""
     batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
     checked_progress(progress)
     # one path, whatever is given: the defaults refuse a long text as the server does (it was cut silently)

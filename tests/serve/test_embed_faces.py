@@ -103,3 +103,18 @@ def test_a_prompt_that_fills_the_window_is_refused_naming_prompt_on_every_face(f
     room = lmforge.embed([TEXT, "a dog"], path, prompt="the " * 6, max_length=9, truncate=True)
     assert not torch.equal(room[0], room[1])  # one token of room: each text still read
     assert _server(client, {"prompt": prompt, "truncate": "chunk"}) is None  # its later windows read the text
+
+
+def test_embed_checks_the_prompt_with_the_event_loops_tokenizer_not_the_workers(faces):
+    """/embed's prompt check ran on the event loop with the workers' tokenizer, whose every encode takes the
+    lock a worker holds while it encodes a batch: the event loop, every request with it, waited on that
+    batch. It counts with the event loop's own copy (served.front), as the texts are counted."""
+    path, _ = faces
+    served = load_served("embed", path)
+    assert served.front is not served.tokenizer
+    used, encode = [], served.tokenizer.encode
+    served.tokenizer.encode = lambda *args, **kw: used.append(args) or encode(*args, **kw)
+    with TestClient(create_app({"embed": served}, threads=1)) as client:
+        refused = client.post("/embed", json={"texts": [TEXT], "prompt": "the " * 40, "truncate": True})
+    assert refused.status_code == 422 and refused.json()["error"]["param"] == "prompt", refused.text
+    assert used == []  # the route refused it before any worker's work, without the workers' tokenizer

@@ -257,14 +257,18 @@ class SentenceEncoder:
         truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
         return Embedded(vectors.float().cpu(), counts, truncated, chunks, options, self.path)
 
-    def check_prompt_room(self, prefix: str, options: EmbedOptions, limit: int | None) -> None:
+    def check_prompt_room(self, prefix: str, options: EmbedOptions, limit: int | None,
+                          tokenizer: Tokenizer | None = None) -> None:
         """OptionsError naming prompt (prompt_name for a named or the model's default one) where the prompt
         and the special tokens fill the `limit` a text may have: cut there, every text read as the prompt
-        alone, one vector for all texts (a chunked text's later windows do read it: not refused)."""
+        alone, one vector for all texts (a chunked text's later windows do read it: not refused). Counted
+        with `tokenizer` (default the encoder's: the server's event loop gives its own copy, as the encoder's
+        every encode waits on the lock its workers hold)."""
         if not prefix or not limit or options.truncate == "chunk":
             return
-        found = self.tokenizer.encode(prefix.lower() if self.lowercase else prefix, add_special_tokens=False)
-        specials = self.tokenizer.backend.num_special_tokens_to_add(False)
+        tokenizer = self.tokenizer if tokenizer is None else tokenizer
+        found = tokenizer.encode(prefix.lower() if self.lowercase else prefix, add_special_tokens=False)
+        specials = tokenizer.backend.num_special_tokens_to_add(False)
         if len(found.ids) + specials >= limit:
             named = options.prompt is None
             said = f"prompt_name={options.prompt_name or self.default_prompt!r}" if named else "prompt"

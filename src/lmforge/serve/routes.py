@@ -117,7 +117,8 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
     bound, chunk = length_bound(options.max_length, served), options.truncate == "chunk"
     try:
         prefix = prompt_of(options, served.encoder.prompts, served.encoder.default_prompt)
-        served.encoder.check_prompt_room(prefix, options, bound.tokens)  # as lmforge.embed refuses it
+        # as lmforge.embed refuses it, counted by the event loop's tokenizer (the workers' waits on a lock)
+        served.encoder.check_prompt_room(prefix, options, bound.tokens, served.front)
         options = dataclasses.replace(options, prompt="", prompt_name=None)  # the prefix is in the texts now
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None

@@ -5,9 +5,9 @@ family at test size (every axis value kept, sizes shrunk).
 """
 from __future__ import annotations
 
-import difflib
 
 from lmforge.config import ConfigError, ModelConfig
+from lmforge.config.names import close_names
 
 # Counts (tests/test_presets_hf.py): a preset's backbone equals the reference library's model of the
 # same checkpoint, except that BERT's pooler (d_model^2 + d_model: 0.59M in bert-base) is a head here
@@ -156,7 +156,7 @@ def get_config(name: str, **overrides) -> ModelConfig:
     if not isinstance(name, str):  # None, a Path or a list failed as "not iterable" / "unhashable"
         raise ConfigError(f"the preset must be a preset name (text), got {type(name).__name__}", "name")
     if name not in known:
-        close = difflib.get_close_matches(name, known, n=3)
+        close = close_names(name, known)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(known)}"
         raise ConfigError(f"unknown preset {name!r}{hint}", "name")
     return ModelConfig.from_dict({**known[name], **overrides})

@@ -6,7 +6,6 @@ traceback), 1 on an internal error.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import select
@@ -18,6 +17,7 @@ from lmforge.cli import (analysis, analysis_probe, bakeoff, data, distill, gener
                          prune, quantize, retrieve, serve, tasks, tokenizer)
 from lmforge.cli.common import KEY_VALUE, UsageError, with_bounds
 from lmforge.config import ConfigError
+from lmforge.config.names import close_names
 from lmforge.io import CheckpointError
 from lmforge.utils.model_folder import inside_job_folder
 from lmforge.utils.ranks import one_process
@@ -143,7 +143,7 @@ def close_flag(parser: argparse.ArgumentParser, extras: list) -> str:
     flags = [flag for a in parser._actions for flag in a.option_strings if flag.startswith("--")]
     for given in (e.split("=")[0] for e in extras if e.startswith("--")):
         close = [REFERENCE_FLAGS[given]] if REFERENCE_FLAGS.get(given) in flags else \
-            difflib.get_close_matches(given, flags, n=1)
+            close_names(given, flags, n=1)
         if close:
             return f"; did you mean {close[0]}?"
     return ""

@@ -12,6 +12,7 @@ import yaml
 
 from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ModelConfig
+from lmforge.config.names import close_names
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS, TrainConfig, check_ranks
@@ -314,14 +315,12 @@ def existing_model(flag: str, given: str, presets: tuple = ()) -> Path:
     """The model directory `given` names (a folder, or an installed model's); a UsageError naming `flag`
     where it names none, before the job that needs it runs; `presets`: the names `flag` takes besides
     (said, with the closest, where `given` is neither)."""
-    import difflib
-
     from lmforge.io import find_model_dir
 
     try:
         return find_model_dir(given)
     except (ValueError, OSError) as err:
-        close = difflib.get_close_matches(given, presets, n=1)
+        close = close_names(given, presets, n=1)
         also = f"; or a preset: {', '.join(presets)}" + (f" (did you mean {close[0]}?)" if close else "")
         raise UsageError(f"{flag} {given}: {err}{also if presets else ''}") from None
 

@@ -13,7 +13,6 @@ trainer's: progress, metrics.jsonl, checkpoints, --resume, the seed.
 """
 from __future__ import annotations
 
-import difflib
 import json
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from lmforge.compress.measure import measure_side_by_side
 from lmforge.compress.model_files import output_folder
 from lmforge.config import atomic_write_text, option
 from lmforge.config.model import MAX_LAYERS
+from lmforge.config.names import close_names
 from lmforge.config.options import OptionsError, check_options, instance_of
 from lmforge.io import model_dir as resolve_dir
 from lmforge.objectives.base import TEMPERATURE_RANGE, WEIGHT_MAX, Loss, Objective
@@ -95,7 +95,7 @@ def closest_preset(name: str) -> str:
     Transformer presets alone (get_config's hint would name ELMo's, which no student can be)."""
     if name in ELMO_PRESETS:
         return " a student can be (ELMo's is a biLSTM: no Transformer layers to distil into)"
-    close = difflib.get_close_matches(name, PRESETS, n=3)
+    close = close_names(name, PRESETS)
     return f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(PRESETS)}"
 
 

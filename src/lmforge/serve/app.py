@@ -31,7 +31,7 @@ from lmforge.config.options import OptionsError
 from lmforge.serve import feature_routes, page, rerank_routes, routes, streaming
 from lmforge.serve.body import Pending, Share, checked_body, header_map
 from lmforge.serve.jobs import Job, JobQueue
-from lmforge.serve.limits import Admission, Limits, RequestError, check_head, server_error
+from lmforge.serve.limits import Admission, Limits, RequestError, check_head, echoed, server_error
 from lmforge.serve.metrics import Metrics
 from lmforge.serve.schemas import JSONBody
 from lmforge.serve.worker import Cancelled, Worker, bound_memory
@@ -112,7 +112,8 @@ class Server:
                 raise RequestError(400, f"no served model can {capability}", param="model")
             return found[0]
         if name not in self.models:
-            raise RequestError(404, f"model {name!r} is not served (served: {', '.join(self.models)})",
+            raise RequestError(404, f"model {echoed(repr(name))} is not served (served: "
+                               f"{', '.join(self.models)})",
                                param="model", kind="model_not_found")
         served = self.models[name]
         if capability not in served.capabilities:
@@ -292,7 +293,7 @@ def _validation_error(request: Request, exc: RequestValidationError) -> JSONBody
     where = _field(first.get("loc", ()))
     if not where:  # the body itself: none, not an object, or not read as JSON (its content-type)
         return error_response(RequestError(422, _not_an_object(request, first), param="body"))
-    return error_response(RequestError(422, f"{where}: {first.get('msg')}", param=where))
+    return error_response(RequestError(422, f"{echoed(where)}: {first.get('msg')}", param=where))
 
 
 def _not_an_object(request: Request, error: dict) -> str:

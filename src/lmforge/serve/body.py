@@ -20,7 +20,7 @@ import re
 import anyio
 import numpy as np
 
-from lmforge.serve.limits import Limits, RequestError, too_large
+from lmforge.serve.limits import Limits, RequestError, echoed, too_large
 
 INLINE_BYTES = 64 * 1024  # bodies checked on the event loop itself; larger ones on a helper thread
 # a JSON string, escapes included; an unterminated one runs to the end (so each byte is scanned once)
@@ -171,12 +171,12 @@ def check_json(body: bytes, limits: Limits) -> None:
                         f"the JSON nests deeper than max_json_depth={limits.max_json_depth}")
     field = not_unicode(body)
     if field is not None:
-        raise RequestError(422, f"{field}: not valid Unicode (bytes that are not UTF-8, or a lone surrogate "
-                           "such as \\ud800)", param=field)
+        raise RequestError(422, f"{echoed(field)}: not valid Unicode (bytes that are not UTF-8, or a lone "
+                           "surrogate such as \\ud800)", param=field)
     field = given_twice(body)
     if field is not None:
-        raise RequestError(422, f"{field}: given twice in the body (JSON would keep the last one unsaid); "
-                           "send it once", param=field)
+        raise RequestError(422, f"{echoed(field)}: given twice in the body (JSON would keep the last one "
+                           "unsaid); send it once", param=field)
 
 
 def header_map(pairs) -> dict:

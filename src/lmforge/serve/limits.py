@@ -87,6 +87,7 @@ def text_head(text: str, room: int) -> str:
 
 
 MAX_MESSAGE, MAX_PARAM = 1000, 200  # characters of an error's message and param (longer: cut in the middle)
+ECHO = 40  # characters of a client's value (a number, a name, a key) that a refusal repeats, about
 
 # A request's head, refused by the app in its JSON shape: 414 past MAX_URL_BYTES (GET /attention's text
 # rides in the query: 32 KiB holds thousands of tokens, percent-encoded), 431 past MAX_HEADER_BYTES (a
@@ -119,6 +120,12 @@ def elided(text: str | None, most: int) -> str | None:
     if text is None or len(text) <= most:
         return text
     return f"{text[:most // 2]} ... ({len(text) - most} characters left out) ... {text[-most // 2:]}"
+
+
+def echoed(value, most: int = ECHO) -> str:
+    """`value` as a refusal repeats it: its text, its middle left out past about `most` characters (elided),
+    so the refusal stays one short line (a 4,000-digit top_k came back whole: a 1,036-character 413)."""
+    return elided(str(value), most)
 
 
 class RequestError(Exception):
@@ -196,7 +203,7 @@ def check_generation(body, max_new_tokens: int, limits: Limits, new_tokens: str 
     for limit, (name, value) in asked.items():
         most = getattr(limits, limit)
         if value > most:
-            raise too_large(limit, f"{name}={value} asks for more than {limit}={most}")
+            raise too_large(limit, f"{name}={echoed(value)} asks for more than {limit}={most}")
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
 from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, check_fill, with_mask
 from lmforge.serve import option_schemas, schemas
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, TextBound, bounded_ids, check_count,
-                                  check_request_tokens, check_text, fit_lengths, text_bound, text_head,
-                                  too_large)
+                                  check_request_tokens, check_text, echoed, fit_lengths, text_bound,
+                                  text_head, too_large)
 from lmforge.serve.records import as_records, choice_tokens, record_texts, record_tokens
 from lmforge.serve.schemas import JSONBody
 
@@ -229,7 +229,7 @@ def fill_options(body, limits) -> tuple:
     as /generate checks max_new_tokens against its limit (a server may allow fewer than FillOptions), then
     FillOptions' checks, lmforge.fill_mask's: a 422 naming the field, in the library's words."""
     if body.top_k > limits.max_top_k:
-        raise too_large("max_top_k", f"top_k={body.top_k} is more than max_top_k={limits.max_top_k}")
+        raise too_large("max_top_k", f"top_k={echoed(body.top_k)} is more than max_top_k={limits.max_top_k}")
     try:
         return check_fill(body.top_k, body.max_span)
     except OptionsError as err:

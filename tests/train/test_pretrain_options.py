@@ -87,7 +87,8 @@ def test_duplication_past_its_bound_is_refused_by_flag_key_value_and_python(ran,
 
 def test_a_misspelt_field_is_an_options_error_naming_it(capsys, tmp_path):
     err = refused_in_python(tmp_path / "o", duplicaton=2)
-    assert err.field == "duplicaton" and "'duplicaton'" in str(err) and "duplication" in str(err)
+    assert err.field == "duplicaton" and "option duplicaton;" in str(err) and "duplication" in str(err)
+    assert "help(lmforge.train.pretrain.pretrain)" in str(err)  # where the names are listed
     said = refused_on_the_command_line(capsys, cli(tmp_path / "o", "duplicaton=2"))
     assert "duplicaton" in said and not (tmp_path / "o").exists()
     assert refused_in_python(tmp_path / "o", data="corpus.txt").field == "data"  # a list of files

@@ -103,10 +103,12 @@ def _names(cls) -> list:
 def recipe_and_inputs(recipe: RecipeOptions | None, inputs: PretrainInputs | None, fields: dict) -> tuple:
     """(RecipeOptions, PretrainInputs): `recipe` and `inputs` (or the defaults) with the keyword
     arguments `fields` changed, each to the object whose field it is; an unknown name is an
-    OptionsError naming it and every known one; either object not one of its class, naming the argument."""
+    OptionsError naming it and the closest known ones (config.names); either object not one of its class,
+    naming the argument."""
     instance_of(recipe, RecipeOptions, "recipe")  # with_changes would name it "options"
     instance_of(inputs, PretrainInputs, "inputs")
-    refuse_unknown(fields, _names(RecipeOptions) + _names(PretrainInputs), "pretrain")
+    refuse_unknown(fields, _names(RecipeOptions) + _names(PretrainInputs), "pretrain",
+                   listed="help(lmforge.train.pretrain.pretrain)")  # the names run past one line
     recipe_fields = {k: v for k, v in fields.items() if k in _names(RecipeOptions)}
     input_fields = {k: v for k, v in fields.items() if k not in recipe_fields}
     return (with_changes(RecipeOptions, recipe, recipe_fields, "pretraining recipe"),

@@ -12,9 +12,9 @@ from lmforge.objectives.keywords import objective_keywords
 
 @pytest.mark.parametrize("change, field, said", [
     (lambda p: p["arms"][0].update(options={"ratio": 0.3}), "arms[0].options.ratio",
-     "not an option of objective mlm (its options: rate, replace, whole_word)"),
+     "unknown mlm option ratio; did you mean rate? (known: rate, replace, whole_word)"),
     (lambda p: p["arms"][1].update(options={"foo": 1}), "arms[1].options.foo",
-     "not an option of objective rtd"),
+     "unknown rtd option foo"),
     (lambda p: p["arms"][0].update(pretrain=False, options={"rate": 0.2}), "arms[0].options",
      "only pretraining reads it, and this arm has pretrain: false"),
     (lambda p: p["arms"][0].update(pretrain=False, duplication=2), "arms[0].duplication", "only pretraining"),

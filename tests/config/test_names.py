@@ -78,3 +78,7 @@ def test_the_reference_library_s_names_suggest_lmforge_s_own():
     with pytest.raises(OptionsError, match=r"^unknown training option learning_rate; did you mean lr\?"):
         TrainConfig.from_dict({"learning_rate": 1e-4})
     assert close_names("num_layers", ["num_beams", "n_layers"])[0] == "n_layers"
+
+
+def test_a_name_where_none_is_known_says_so():
+    assert unknown_message(["x"], [], "clm option") == "unknown clm option x (known: none)"

@@ -62,7 +62,7 @@ def unknown_message(unknown, known, noun: str = "option", listed: str = "") -> s
             whose = f"{_clip(name)}: " if len(names) > 1 else ""
             line += f"; {whose}did you mean {', '.join(close)}?"
             break
-    every = ", ".join(known)
+    every = ", ".join(known) or "none"
     if len(every) <= INLINE or not listed:
         return f"{line} (known: {every})" if len(every) <= INLINE else line
     return f"{line} (all: {listed})"

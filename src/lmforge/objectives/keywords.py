@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 
+from lmforge.config.names import unknown_message
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec
 from lmforge.utils.errors import OptionsError
@@ -75,8 +76,8 @@ def check_keywords(spec: ObjectiveSpec, options: dict, where: str) -> None:
     known = objective_keywords(spec)
     unknown = sorted(set(options) - known)
     if unknown:
-        raise OptionsError(f"{where}.{unknown[0]}: not an option of objective {spec.name} (its options: "
-                           f"{', '.join(sorted(known)) or 'none'})", f"{where}.{unknown[0]}")
+        raise OptionsError(f"{where}.{unknown[0]}: {unknown_message(unknown, known, f'{spec.name} option')}",
+                           f"{where}.{unknown[0]}")
     defaults = objective_options(spec, {})
     cls = getattr(spec.build, "__self__", None)
     for key in sorted(options):  # of its default's kind, or the FLOP count and the build fail inside

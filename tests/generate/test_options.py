@@ -76,6 +76,13 @@ def test_a_setting_the_decoding_would_not_read_is_refused_not_ignored(given, nam
     assert err.value.field == named
 
 
+def test_a_long_early_stopping_is_refused_in_one_short_line():
+    """A 4,000-character early_stopping came back whole (a 1,036-character 422 from POST /generate)."""
+    with pytest.raises(OptionsError, match="early_stopping") as refused:
+        GenerationOptions(early_stopping="x" * 4000)
+    assert len(str(refused.value)) < 120 and str(refused.value).endswith("'" + "x" * 39)
+
+
 def test_settings_at_their_defaults_or_read_by_the_decoding_are_taken():
     """A default changes nothing (OpenAI's clients send top_p=1 always), temperature 0 is the faces' greedy,
     and a checkpoint's options object may hold settings its decoding does not read."""

@@ -95,8 +95,9 @@ class GenerationOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.early_stopping, (bool, str)) or self.early_stopping not in EARLY_STOPPING:
-            raise OptionsError(f'early_stopping must be true, false or "never", got {self.early_stopping!r}',
-                               "early_stopping")
+            # a server's client sends any text: its first 40 characters keep the refusal one short line
+            raise OptionsError('early_stopping must be true, false or "never", got '
+                               f"{self.early_stopping!r:.40}", "early_stopping")
         check_options(self)
         for name, least, most in (("eos_token_id", 1, MAX_BEAMS), ("suppress_tokens", 0, MAX_VOCAB)):
             _check_ids(name, getattr(self, name), least, most)

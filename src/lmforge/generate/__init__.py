@@ -15,7 +15,7 @@ import torch
 
 from lmforge.config.options import OptionsError
 from lmforge.generate.beam import Beams, beam_search
-from lmforge.generate.checks import check_call, check_for_model, check_prompt, seeded, sequences_each
+from lmforge.generate.checks import check_call, check_for_model, check_prompt, sequences_each
 from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.generate.options import GenerationOptions, refuse_unused
 from lmforge.generate.processors import Constraints
@@ -108,26 +108,23 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
              streamer: Optional[Callable] = None, projection: str = "auto", **fields) -> torch.Tensor:
     """Continue `input_ids` (B, T), left-padded when `attention_mask` has zeros.
 
-    Decoders return (B * R, T + n) prompt and new tokens; encoder-decoders return (B * R, 1 + n)
-    decoder tokens (R = num_return_sequences; with beams the R best of each input, best first).
-    The decoding settings are a GenerationOptions: `options`, else the settings the model's directory
-    recommends (`model.generation_config`, read by lmforge.load: its generation_config.json), else the
-    defaults, with any of its fields given as keyword arguments over them (max_new_tokens=20,
-    do_sample=True, num_beams=4, ...: the reference library's `generate` arguments of the same names); a
-    bad or unknown one raises OptionsError (a ValueError) naming it.
-    Stop, pad, forced and decoder start ids default to the model config's. use_cache=False
-    recomputes every position at every step (same tokens, slower); sampling draws from `generator`, or
-    from one seeded with `seed` (0 to 2**63 - 1) as `lmforge generate --seed` and the server's seed are
-    (the same tokens on a CPU), not both; prefix_lm=True lets a decoder
-    pretrained as a prefix LM read the prompt bidirectionally (objectives/prefix_lm.py); `streamer`
-    receives each step's (B * R,) new tokens (greedy and sampling only). Speed options, same tokens:
-    `projection` computes the vocabulary projection "auto" (the fastest way timed on this machine),
-    "plain", "input-major" or "screen" (generate/vocab/projection.py). The model runs as it is given:
-    plain, or accelerated where `lmforge.optimize(model)` was called (the same tokens either way, but
-    where two logits are equal within float rounding). It is left exactly as it was found (weights,
-    layout, mode)."""
-    check_call(model, use_cache, prefix_lm, generator, streamer, projection)
-    generator = seeded(model, seed, generator)
+    Decoders return (B * R, T + n) prompt and new tokens; encoder-decoders return (B * R, 1 + n) decoder
+    tokens (R = num_return_sequences; with beams the R best of each input, best first). The decoding settings
+    are a GenerationOptions: `options`, else the settings the model's directory recommends
+    (`model.generation_config`, read by lmforge.load: its generation_config.json), else the defaults, with any
+    of its fields given as keyword arguments over them (max_new_tokens=20, do_sample=True, num_beams=4, ...:
+    the reference library's `generate` arguments of the same names); a bad or unknown one raises OptionsError
+    (a ValueError) naming it. Stop, pad, forced and decoder start ids default to the model config's.
+    use_cache=False recomputes every position at every step (same tokens, slower); sampling draws from
+    `generator`, or one seeded with `seed` (0 to 2**63 - 1) as `lmforge generate --seed` seeds its own (on a
+    CPU, its tokens), not both; prefix_lm=True lets a decoder pretrained as a prefix LM read the prompt
+    bidirectionally (objectives/prefix_lm.py); `streamer` receives each step's (B * R,) new tokens (greedy and
+    sampling only). Speed options, same tokens: `projection` computes the vocabulary projection "auto" (the
+    fastest way timed on this machine), "plain", "input-major" or "screen" (generate/vocab/projection.py). The
+    model runs as it is given: plain, or accelerated where `lmforge.optimize(model)` was called (the same
+    tokens either way, but where two logits are equal within float rounding). It is left exactly as it was
+    found (weights, layout, mode)."""
+    generator = check_call(model, use_cache, prefix_lm, generator, streamer, projection, seed)
     mask = check_prompt(model, input_ids, attention_mask)
     start = 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1]  # positions before the new ones
     options = resolve(model, start, fields, options)

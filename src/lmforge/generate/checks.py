@@ -7,20 +7,21 @@ from typing import Optional
 
 import torch
 
-from lmforge.config.options import OptionsError, checked_as
+from lmforge.config.options import OptionsError, checked_argument
 from lmforge.generate.call_options import checked_call_value
 from lmforge.generate.options import MAX_SEQUENCES, OFF, GenerationOptions, GenerationWarning
 from lmforge.model import EncoderDecoder, Transformer
-from lmforge.train.config import TrainConfig
+
+MAX_SEED = 2 ** 63 - 1  # TrainConfig's bound on seed, which --seed and the server's seed have (a higher tier)
 
 
-def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str = "auto") -> None:
+def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str = "auto", seed=None):
     """Refuse generate's arguments beside the options and the prompt, before any model call: a model that
     is not a Transformer (a directory's name failed as "'str' object has no attribute 'config'"), a
     use_cache or prefix_lm that is not a bool (prefix_lm="no" read the prompt bidirectionally) or a projection
     that is not one of MODES (each as CallOptions declares it), prefix_lm for an encoder-decoder, a generator
-    that is not a torch.Generator or a streamer that cannot be called (both failed mid-decoding): an
-    OptionsError naming each."""
+    that is not a torch.Generator or a streamer that cannot be called (both failed mid-decoding), a bad seed
+    (seeded): an OptionsError naming each. Returns the sampling generator (seeded's)."""
     if not isinstance(getattr(model, "_orig_mod", model), Transformer):  # torch.compile's wrapper: its model
         raise OptionsError(f"model must be a Transformer (lmforge.load(DIR) reads a directory), got "
                            f"{type(model).__name__}", "model")
@@ -33,18 +34,19 @@ def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str
     if streamer is not None and not callable(streamer):
         raise OptionsError(f"streamer must be callable (it is given each step's new tokens), got "
                            f"{type(streamer).__name__}", "streamer")
+    return seeded(model, seed, generator)
 
 
 def seeded(model, seed, generator):
     """The sampling generator: `generator`, else (`seed` given) a torch.Generator seeded with it as
     `lmforge generate --seed` and the server's seed seed theirs (on the model's device: on a CPU, their
-    tokens); seed is bounded as --seed is (TrainConfig's), and refused with a generator: an OptionsError."""
+    tokens); seed is bounded as --seed is (MAX_SEED), and refused with a generator: an OptionsError."""
     if seed is None:
         return generator
     if generator is not None:  # two sources of the draws: which one was meant is not known
         raise OptionsError("seed and generator were both given: give one (seed=N seeds a generator as "
                            "`lmforge generate --seed N` does)", "seed")
-    seed = checked_as(TrainConfig, "seed", seed)  # the bounds of --seed and the server's seed
+    seed = checked_argument("seed", "int", {"low": 0, "high": MAX_SEED}, seed)
     return torch.Generator(device=model.tokens.weight.device).manual_seed(seed)
 
 

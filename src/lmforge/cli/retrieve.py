@@ -38,10 +38,6 @@ SEED_HELP = "fixes everything the run draws (the built-in data's split, the batc
 RESUME_HELP = "continue the newest checkpoint in --out"
 
 
-# the inputs a retrieval run's out may not hold at all (retrieval.jobs: a later run would read them back)
-RETRIEVAL_INPUTS = ("--model", "--questions", "--passages", "--retriever", "--generator")
-
-
 def _options(args) -> tuple:
     """(TrainConfig fields, EncoderOptions fields) from --config and key=value; each encoder field's type and
     bounds checked here, before any file is looked at (with a model's saved options: BiEncoder.from_dir)."""
@@ -68,15 +64,14 @@ def cmd_index_build(args) -> None:
 
     from lmforge.cli.common import UsageError, flag_error, refuse_nested, refuse_overwrite
     from lmforge.config.options import OptionsError
-    from lmforge.retrieval.jobs import build_index_dir
+    from lmforge.retrieval.jobs import INDEX_WRITES, build_index_dir
 
     index = job_options(args, IndexOptions)  # the options first: a bad one costs no file look-up
     train, encoder = _options(args)
     if train:
         raise UsageError(f"index build takes no training options ({sorted(train)})")
-    refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model),
-                     writes=("passages.jsonl", "bm25", "dense", "index.json"),
-                     sources=("--passages", "--model"))  # held by out at all: build_index_dir's rule
+    refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model), writes=INDEX_WRITES,
+                     sources=("--passages", "--model"))  # none held by out: build_index_dir's rule
     refuse_nested(args.out, ("--passages", args.passages))  # a later build would index this one's files
     check_source("--passages", args.passages)
     try:
@@ -169,7 +164,7 @@ def _train_config(args, command: str | None = None) -> tuple:
     refuse_overwrite(args.out, ("--model", args.model), ("--questions", getattr(args, "questions", None)),
                      ("--passages", args.passages), ("--config", getattr(args, "config", None)), *folders,
                      writes=RUN_WRITES,  # what retrieval's jobs write (index: the reader's --retriever index)
-                     sources=RETRIEVAL_INPUTS)
+                     sources=("--model", "--questions", "--passages", *dict(folders)))  # none held: as jobs'
     refuse_nested(args.out, ("--passages", args.passages))
     with flag_named("out", "--out", None):  # a run there already (or none to resume): before any read
         run_folder(args.out, args.resume)

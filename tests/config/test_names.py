@@ -82,3 +82,11 @@ def test_the_reference_library_s_names_suggest_lmforge_s_own():
 
 def test_a_name_where_none_is_known_says_so():
     assert unknown_message(["x"], [], "clm option") == "unknown clm option x (known: none)"
+
+
+def test_generation_s_max_length_suggests_max_new_tokens_not_the_opposite_bound():
+    from lmforge.generate.options import GenerationOptions
+
+    with pytest.raises(OptionsError) as err:
+        GenerationOptions.build(None, {"max_length": 20})
+    assert str(err.value).startswith("unknown generation option max_length; did you mean max_new_tokens")

@@ -17,7 +17,8 @@ LISTED = {"ModelConfig": "lmforge options model", "TrainConfig": "lmforge option
           "FitConfig": "lmforge options probe", "DistillConfig": "lmforge options distill",
           "SparseConfig": "lmforge options prune", "EncoderOptions": "lmforge options retrieve"}
 # the reference library's (transformers') names for fields lmforge names otherwise, which no spelling is
-# close to (learning_rate is nothing like lr; hidden_size was read as ffn_sizes): suggested first
+# close to (learning_rate is nothing like lr; hidden_size was read as ffn_sizes, generation's max_length as
+# min_length, the opposite bound): suggested first
 REFERENCE = {"learning_rate": "lr", "num_train_epochs": "epochs", "max_steps": "steps",
              "warmup_steps": "warmup", "per_device_train_batch_size": "batch_size",
              "gradient_accumulation_steps": "accumulation",
@@ -25,7 +26,7 @@ REFERENCE = {"learning_rate": "lr", "num_train_epochs": "epochs", "max_steps": "
              "num_layers": "n_layers", "n_layer": "n_layers", "num_attention_heads": "n_heads",
              "n_head": "n_heads", "intermediate_size": "d_ff", "max_position_embeddings": "max_seq_len",
              "n_positions": "max_seq_len", "hidden_dropout_prob": "dropout", "layer_norm_eps": "norm_eps",
-             "attention_probs_dropout_prob": "attention_dropout"}
+             "attention_probs_dropout_prob": "attention_dropout", "max_length": "max_new_tokens"}
 
 
 def close_names(name, known, n: int = 3) -> list:

@@ -90,10 +90,23 @@ def test_a_long_text_is_refused_from_its_head():
         return text.split()
 
     limits = Limits(max_input_tokens=100)
-    with pytest.raises(RequestError, match="first 800 characters") as err:
+    with pytest.raises(RequestError, match="first 799 characters") as err:  # its head: whole words
         bounded_ids("text", encode, "word " * 2000, limits)
-    assert err.value.param == "max_input_tokens" and seen == [800]  # the rest never tokenized
+    assert err.value.param == "max_input_tokens" and seen == [799]  # the rest never tokenized
     assert len(bounded_ids("text", encode, "w" * 5000, limits)) == 1
+
+
+def test_a_long_text_of_few_wordpiece_tokens_is_taken_though_its_head_would_end_mid_word():
+    """WordPiece reads a 150-character word as one [UNK], its first 98 characters as 98 pieces: the head
+    (the first 400 characters for max_input_tokens=50) cut the third word there and held 102 tokens, so a
+    text of 22 tokens was refused; the head now ends at a whole word (limits.text_head)."""
+    from tests.serve.conftest import _tokenizer
+
+    tokenizer = _tokenizer("bert")  # the served encoder's: WordPiece
+    text, limits = ("a" * 150 + " ") * 20, Limits(max_input_tokens=50)
+    assert len(tokenizer.encode(text[:400]).ids) > 50 + 1  # the old head, less its one token of slack
+    ids = bounded_ids("text", lambda t: tokenizer.encode(t).ids, text, limits)
+    assert ids == tokenizer.encode(text).ids and len(ids) <= limits.max_input_tokens
 
 
 def test_strict_numbers_bounded_seeds_and_unknown_query_parameters_are_refused():

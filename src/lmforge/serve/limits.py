@@ -183,12 +183,13 @@ def check_tokens(field: str, n: int, limits: Limits, head: int | None = None) ->
 
 def bounded_ids(field: str, encode, text: str, limits: Limits) -> list:
     """`encode(text)`'s ids, 413 past max_input_tokens; a long text is refused from its head alone when the
-    head already holds too many tokens (pre-tokenizers split locally: the head's tokens are the text's
-    first ones, but for a word cut at its end, one token of slack). Run it off the event loop."""
+    head already holds too many tokens. The head is text_head's, ending at a whole word, so its tokens are
+    the text's first ones (pre-tokenizers split locally): a word cut mid-way added up to ~100 WordPiece
+    pieces, not the one token of slack once allowed. Run it off the event loop."""
     check_text(field, text, limits)
-    head = limits.max_input_tokens * HEAD_CHARS
-    if len(text) > head:
-        check_tokens(field, len(encode(text[:head])) - 1, limits, head)
+    if len(text) > limits.max_input_tokens * HEAD_CHARS:
+        head = text_head(text, limits.max_input_tokens * HEAD_CHARS)
+        check_tokens(field, len(encode(head)), limits, len(head))
     ids = encode(text)
     check_tokens(field, len(ids), limits)
     return ids

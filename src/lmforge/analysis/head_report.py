@@ -21,13 +21,12 @@ from lmforge.compress.head_pruning import head_counts, prune_heads
 from lmforge.compress.measure import given_data
 from lmforge.compress.model_files import output_folder
 from lmforge.config import atomic_write_text
-from lmforge.config.options import OptionsError, check_options, option
+from lmforge.config.options import MAX_SEED, OptionsError, check_options, option
 from lmforge.fast.optimize import optimize
 from lmforge.io import model_dir as resolve_dir
 from lmforge.tasks.fields import given_records
 from lmforge.tasks.finetune import encode_split, fine_tuned_task, keep_model
 from lmforge.tasks.reference import saved_kind
-from lmforge.train.config import MAX_SEED
 from lmforge.utils.atomic import atomic_savefig, remove_path
 from lmforge.utils.timing import alternating
 

@@ -12,6 +12,7 @@ import yaml
 
 from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ModelConfig
+from lmforge.config.options import MAX_SEED
 from lmforge.config.names import close_names
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
@@ -30,7 +31,7 @@ def note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-SEED = (0, 2 ** 63 - 1)  # TrainConfig's bound on seed
+SEED = (0, MAX_SEED)  # every seed's bound, said as the flag's
 STEPS = (1, MAX_STEPS)  # TrainConfig's bound on steps, said as the flag's
 
 

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from lmforge.compress.smooth import ALPHA
 from lmforge.config.model import MAX_LEN
-from lmforge.config.options import OptionsError, check_options, option
+from lmforge.config.options import MAX_SEED, OptionsError, check_options, option
 from lmforge.quant.int8 import MODES
-from lmforge.train.config import MAX_SEED
 
 SEQ_LEN = 128  # tokens a row of the timed batch unless told (the model's longest where shorter)
 # what a client may have timed (each round runs the fp32 and the int8 model once): a batch of at most

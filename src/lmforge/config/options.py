@@ -20,6 +20,10 @@ from typing import Any
 from lmforge.config.names import listed_at, refuse_unknown  # noqa: F401 (re-exported)
 from lmforge.utils.errors import OptionsError, checked_text, instance_of  # noqa: F401 (re-exported)
 
+# every seed a job, a call or a request takes (torch.Generator.manual_seed's int64 range): one bound for the
+# command line's --seed, the Python API's seed= and the server's seed
+MAX_SEED = 2 ** 63 - 1
+
 
 @dataclasses.dataclass(frozen=True)
 class Items:

@@ -14,11 +14,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from lmforge.config.options import checked_argument
+from lmforge.config.options import MAX_SEED, checked_argument
 from lmforge.data.world import World
 from lmforge.utils.atomic import atomic_write
-
-MAX_SEED = 2 ** 63 - 1  # TrainConfig's bound on a seed
 
 GOOD = ["excellent", "wonderful", "great", "reliable", "superb"]
 BAD = ["terrible", "awful", "useless", "disappointing", "flimsy"]

@@ -7,12 +7,10 @@ from typing import Optional
 
 import torch
 
-from lmforge.config.options import OptionsError, checked_argument
+from lmforge.config.options import MAX_SEED, OptionsError, checked_argument
 from lmforge.generate.call_options import checked_call_value
 from lmforge.generate.options import MAX_SEQUENCES, OFF, GenerationOptions, GenerationWarning
 from lmforge.model import EncoderDecoder, Transformer
-
-MAX_SEED = 2 ** 63 - 1  # TrainConfig's bound on seed, which --seed and the server's seed have (a higher tier)
 
 
 def check_call(model, use_cache, prefix_lm, generator, streamer, projection: str = "auto", seed=None):

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, create_model
 
-from lmforge.config.options import BASE_TYPES, OptionsError, bounds_text, members
+from lmforge.config.options import BASE_TYPES, MAX_SEED, OptionsError, bounds_text, members
 from lmforge.generate.call_options import CALL_FIELDS, SERVED, checked_call_value
 from lmforge.generate.options import EARLY_STOPPING, FIELDS, checked_type, checked_value, field_kind
 from lmforge.serve.schemas import (MODEL_FIELD, OPENAI, SOME, STRICT, Usage, WholeInt, field_error,
@@ -94,7 +94,7 @@ class DecodingBase(BaseModel):
 
     model_config = STRICT
     model: str | None = MODEL_FIELD
-    seed: WholeInt | None = Field(None, ge=0, le=2**63 - 1, description="sampling: the same seed gives the "
+    seed: WholeInt | None = Field(None, ge=0, le=MAX_SEED, description="sampling: the same seed gives the "
                                    "same text")
     stop: str | list[str] | None = Field(None, description="the text ends before any of these")
     stream: bool = Field(False, description="send tokens as server-sent events as they are generated")

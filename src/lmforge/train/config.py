@@ -6,14 +6,14 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from lmforge.config.options import Items, OptionsError, base_type, check_options, coerce, from_dict, option
+from lmforge.config.options import (MAX_SEED, Items, OptionsError, base_type, check_options, coerce,
+                                    from_dict, option)
 from lmforge.train.optim import SCHEDULES
 
 PRECISIONS = ("fp32", "bf16")
 PARALLEL = ("none", "ddp", "fsdp")
 DEFAULT_STEPS = 1000
 MAX_STEPS = 10_000_000  # every count of steps (steps, warmup, the *_every) is bounded by it
-MAX_SEED = 2 ** 63 - 1
 
 
 @dataclass

@@ -76,12 +76,6 @@ def test_no_texts_are_refused_naming_texts_whatever_the_options(model_dir, keywo
     assert refused.value.field == "texts" and "non-empty" in str(refused.value)
 
 
-def test_embed_s_docstring_says_no_texts_are_refused():
-    """The docstring said "no texts: (0, d)", which no face gives: embed([]) is refused (the test above)."""
-    doc = " ".join(lmforge.embed.__doc__.split())
-    assert "(0, d)" not in doc and "an empty list of texts is refused (an OptionsError naming texts)" in doc
-
-
 @pytest.mark.parametrize("texts, said", [
     ([1, 2], "texts[0] must be text, got int"), (["a", None], "texts[1] must be text, got NoneType"),
     (None, "texts must be a text or a list of texts, got NoneType"), (b"a b", "got bytes"),

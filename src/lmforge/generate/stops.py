@@ -27,11 +27,12 @@ EMPTY = "a stop string is empty (the text would end before it began): leave it o
 
 
 class StopLimitError(OptionsError):
-    """Stop strings past a bound: more of them, or a longer one, than the bound `.limit` allows."""
+    """Stop strings past a bound: more of them, or a longer one, than the bound `.limit` allows (the message
+    names the server's setting; `.plain` says the bound as a number, for the command line, which has none)."""
 
-    def __init__(self, message: str, limit: str) -> None:
+    def __init__(self, message: str, limit: str, plain: str = "") -> None:
         super().__init__(message, "stop")
-        self.limit = limit
+        self.limit, self.plain = limit, plain or message
 
 
 def check_stops(stop, max_stop: int = MAX_STOP, max_chars: int = MAX_STOP_CHARS) -> tuple:
@@ -47,11 +48,13 @@ def check_stops(stop, max_stop: int = MAX_STOP, max_chars: int = MAX_STOP_CHARS)
         if not text:
             raise OptionsError(EMPTY, field)
     if len(stops) > max_stop:
-        raise StopLimitError(f"{len(stops)} stop strings, more than max_stop={max_stop}", "max_stop")
+        raise StopLimitError(f"{len(stops)} stop strings, more than max_stop={max_stop}", "max_stop",
+                             f"{len(stops)} stop strings; at most {max_stop} stop strings are sought")
     longest = max(map(len, stops), default=0)
     if longest > max_chars:
         raise StopLimitError(f"a stop string of {longest} characters, more than max_stop_chars={max_chars}",
-                             "max_stop_chars")
+                             "max_stop_chars", f"a stop string of {longest} characters; at most {max_chars} "
+                             "characters each are sought")
     return tuple(stops)
 
 

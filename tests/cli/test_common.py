@@ -77,7 +77,8 @@ def test_refuse_overwrite_judges_a_rerun_as_its_first_run(tmp_path):
         for name in ("config.json", "vocab.txt", "model.safetensors"):  # written yet or not: the model's
             with pytest.raises(UnsafePath, match="lies inside the input --model"):
                 refuse_overwrite(model / name, ("--model", str(model)), kind="file")
-        with pytest.raises(UnsafePath, match="lies inside the input --data .*: the job would write over a "):
+        read_back = "lies inside the input --data .*: every file of that folder is read"  # not written over
+        with pytest.raises(UnsafePath, match=read_back):
             refuse_overwrite(data / "out.txt", ("--data", str(data)), kind="file")
         (data / "out.txt").write_text("would be read as data")
 

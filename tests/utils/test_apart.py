@@ -2,7 +2,7 @@
 the input, for inputs given as a path, a list, a loaded model or nothing on disk."""
 import pytest
 
-from lmforge.utils.apart import WHY, refuse_writing_over
+from lmforge.utils.apart import WHY, WHY_MODEL, refuse_writing_over
 from lmforge.utils.atomic import UnsafePath
 
 
@@ -31,6 +31,18 @@ def test_a_model_folder_is_read_by_its_model_files_and_any_other_folder_whole(mo
             refuse_writing_over(given, ("model", str(model)), models=("model",))
     with pytest.raises(UnsafePath, match=f"^out {model / 'preds.jsonl'} lies inside the input data "):
         refuse_writing_over(model / "preds.jsonl", ("data", str(model)))  # not a model: every file is read
+
+
+def test_lying_inside_says_a_model_file_is_written_over_or_a_read_folder_would_read_the_output_back(model):
+    """A model folder is read by its model files: the output would be one of them. Any other folder is read
+    whole: the output is not written over an input file, but would be read back as one."""
+    with pytest.raises(UnsafePath) as err:
+        refuse_writing_over(model / "config.json", ("model", str(model)), models=("model",))
+    assert str(err.value).endswith(f"model {model}: {WHY_MODEL}; choose another out")
+    with pytest.raises(UnsafePath) as err:
+        refuse_writing_over(model / "preds.jsonl", ("data", str(model)))
+    assert str(err.value).endswith(f"data {model}: {WHY['lies inside']}; choose another out")
+    assert "every file of that folder is read" in str(err.value) and "write over" not in str(err.value)
 
 
 def test_holds_refuses_an_output_folder_that_holds_the_input_at_all(model):

@@ -9,10 +9,14 @@ from pathlib import Path
 from lmforge.utils.atomic import UnsafePath, writes_over
 from lmforge.utils.model_folder import inside_job_folder
 
-# what writing the output would do to the input, by how the two meet (writes_over's answer)
+# what writing the output would do to the input, by how the two meet (writes_over's answer); "lies inside"
+# a folder other than a model's: every file of it is read, so the output would be read back as an input
 WHY = {"is": "the job would write over it",
        "holds": "the job would write over it, or keep it among the files it writes",
-       "lies inside": "the job would write over a file it reads from that folder"}
+       "lies inside": "every file of that folder is read, so the output would be read back as an input "
+                      "(by a later run)"}
+# "lies inside" a model (or tokenizer) folder: only its model files are read, and the output is one of them
+WHY_MODEL = "the job would write over a file it reads from that model folder"
 
 
 def refuse_writing_over(out, *inputs, writes: tuple = (), models: tuple = (), holds: tuple | bool = (),
@@ -33,7 +37,8 @@ def refuse_writing_over(out, *inputs, writes: tuple = (), models: tuple = (), ho
             model = inside_job_folder(resolved) if field in models else None  # where its model files lie
             relation = writes_over(resolved, target, writes, model, holding=holds is True or field in holds)
             if relation:
-                raise UnsafePath(f"{name} {out} {relation} the input {field} {source}: {WHY[relation]}; "
+                why = WHY_MODEL if relation == "lies inside" and model is not None else WHY[relation]
+                raise UnsafePath(f"{name} {out} {relation} the input {field} {source}: {why}; "
                                  f"choose another {name}", name)
 
 

@@ -72,10 +72,10 @@ def test_prompts_by_name_and_the_answer_counts_tokens_and_truncation(served, dir
     assert named["embeddings"] == given["embeddings"] and named["tokens"] == given["tokens"]
     long = " ".join(TEXTS[i][:30 + i] for i in range(0, 40, 5))  # no repeating period: windows differ
     cut = _post(served, model="plain", texts=[long, "a dog"], truncate=True)
-    assert cut["inputs"][0]["truncated"] and cut["inputs"][0]["tokens"] > 32
+    assert cut["inputs"][0]["truncated"] and cut["inputs"][0]["tokens"] == 32  # the tokens read
     assert cut["inputs"][1] == {"tokens": 4, "truncated": False, "chunks": 1} and cut["tokens"] == 32 + 4
     chunked = _post(served, model="plain", texts=[long], truncate="chunk")
-    assert chunked["inputs"][0]["chunks"] == -(-(cut["inputs"][0]["tokens"] - 2) // 30) and \
+    assert chunked["inputs"][0]["chunks"] == -(-(chunked["inputs"][0]["tokens"] - 2) // 30) > 1 and \
         not chunked["inputs"][0]["truncated"]
     offline = lmforge.embed([long], dirs["plain"], truncate="chunk")
     torch.testing.assert_close(torch.tensor(chunked["embeddings"]), offline, atol=1e-5, rtol=0)

@@ -101,7 +101,7 @@ def test_truncate_cuts_and_says_so(served):
                                                      "truncate": True, "max_length": 16, "pooling": "mean"})
     assert answer.status_code == 200, answer.text
     item = answer.json()["data"][0]
-    assert item["truncated"] and item["n_tokens"] == 202 and len(item["features"][0]) == 32
+    assert item["truncated"] and item["n_tokens"] == 16 and len(item["features"][0]) == 32
 
 
 def test_the_spec_lists_the_routes_and_the_model_list_its_capabilities(served):

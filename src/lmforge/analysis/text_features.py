@@ -34,8 +34,8 @@ class TextFeatures:
     """One text's features: (L, T, d) per token, (L, d) pooled; L = 1 for a scalar mix."""
 
     tokens: list  # each {"id", "token", "text", "start", "end"}
-    n_tokens: int  # tokens of the whole text (before any cut)
-    truncated: bool
+    n_tokens: int  # tokens the model read (after any cut: at most max_length); the server counts the same
+    truncated: bool  # whether the text was cut to max_length
     layers: list | str  # the hidden-state indices, or "mix"
     features: torch.Tensor
 
@@ -130,7 +130,7 @@ def text_features(model, tokenizer, texts: list, options: FeatureOptions | None 
             for b, i in enumerate(chunk):
                 encoding, count = encoded[i]
                 n = len(encoding.ids)
-                out[i] = TextFeatures(_tokens(tokenizer, texts[i], encoding), count, count > n,
+                out[i] = TextFeatures(_tokens(tokenizer, texts[i], encoding), n, count > n,
                                       "mix" if options.mixed else chosen,
                                       _reduce(hidden[:, b, :n], options, n_states))
     return out
@@ -178,7 +178,7 @@ def _elmo_features(model, texts: list, options: FeatureOptions, batch_size: int)
     chosen = options.chosen(n_states)
     return [TextFeatures([{"id": None, "token": m.group(), "text": m.group(), "start": m.start(),
                            "end": m.end()}
-                          for m in found], len(whole), len(whole) > len(found),
+                          for m in found], len(found), len(whole) > len(found),
                          "mix" if options.mixed else chosen,
                          _reduce(states[chosen].float().cpu(), options, n_states))
             for whole, found, states in zip(words, kept, layered)]

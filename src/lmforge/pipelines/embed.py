@@ -222,7 +222,7 @@ class SentenceEncoder:
     def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32,
                    max_length: int | None = None, progress=None) -> "Embedded":
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
-        dimensions, normalisation), with each text's token count and whether it was cut; max_length: the
+        dimensions, normalisation), with each text's tokens read and whether it was cut; max_length: the
         tokens a text may have (default: the model's limit), as in `encode`, or the options' max_length (one
         of the two); progress: as encode's."""
         options, progress = options or EmbedOptions(), checked_progress(progress)
@@ -255,7 +255,10 @@ class SentenceEncoder:
         chunks = torch.bincount(at.cpu(), minlength=len(texts)).tolist()
         vectors = leading(pooled, options.dimensions or pooled.shape[1], options.normalize)  # Matryoshka
         truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
-        return Embedded(vectors.float().cpu(), counts, truncated, chunks, options, self.path)
+        # the tokens read (a cut text's limit, a chunked one's all), as the server counts them: it reads only
+        # a long text's head (serve/routes.py clip), so the whole text's count is not its to give
+        read = [limit if cut else n for n, cut in zip(counts, truncated)]
+        return Embedded(vectors.float().cpu(), read, truncated, chunks, options, self.path)
 
     def check_prompt_room(self, prefix: str, options: EmbedOptions, limit: int | None,
                           tokenizer: Tokenizer | None = None) -> None:
@@ -314,7 +317,8 @@ class SentenceEncoder:
 
 @dataclass
 class Embedded:
-    """Vectors (N, k) float32 and, per text, its tokens (prompt included), whether it was cut, its windows."""
+    """Vectors (N, k) float32 and, per text, the tokens read (prompt included; after a cut, max_length),
+    whether it was cut, its windows."""
 
     vectors: torch.Tensor
     tokens: list

@@ -115,11 +115,17 @@ EmbeddingsRequest = create_model(
     **{name: refused_name(why) for name, why in NOT_TAKEN.items()})
 
 
-class InputInfo(BaseModel):
-    """What became of one input: its tokens (prompt included), whether it was cut, its windows."""
+# a text's tokens as every face counts them (lmforge.features, SentenceEncoder.embed_with, the server): the
+# whole text's count would need the whole text tokenised, and the server reads only a long text's head
+READ = ("the tokens the model read, special ones and a prompt included: at most max_length (the model's "
+        "max_tokens, /info) where truncate cut the text; a chunked text's all")
 
-    tokens: int
-    truncated: bool
+
+class InputInfo(BaseModel):
+    """What became of one input: the tokens read (prompt included), whether it was cut, its windows."""
+
+    tokens: int = Field(..., description=READ)
+    truncated: bool = Field(..., description="whether truncate cut the text to max_length")
     chunks: int = 1
 
 
@@ -130,7 +136,7 @@ class EmbedResponse(BaseModel):
     embeddings: list[list[float]] | list[str] | list[list[int]]
     encoding_format: str
     dim: int = Field(..., description="coordinates of each vector (before packing bits)")
-    tokens: int
+    tokens: int = Field(..., description="the inputs' tokens read, all together")
     inputs: list[InputInfo]
 
 
@@ -170,8 +176,8 @@ class TextFeature(BaseModel):
 
     index: int
     layers: list[int] | str
-    n_tokens: int
-    truncated: bool
+    n_tokens: int = Field(..., description=READ.removesuffix("; a chunked text's all"))
+    truncated: bool = Field(..., description="whether truncate cut the text to max_length")
     tokens: list[FeatureToken] | None = None
     features: list
 

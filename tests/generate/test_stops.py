@@ -98,3 +98,26 @@ def test_beam_search_s_text_is_cut_after_as_greedy_s_is_as_it_grows(decoder):
     new = generate_until_stop(model, ids, tail, options=options)
     assert tail.stopped and tail.text == whole[:whole.index(stop)] != ""
     assert stop in continuation(tok, prompt, new) and stop not in continuation(tok, prompt, new[:-1])
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_a_long_text_stops_where_its_whole_decoding_first_holds_a_stop_string(family):
+    """Each id's step decodes only the last ids and seeks stop strings in the text it may change: the text,
+    the ids kept and the shown pieces are still those of the whole decoding, far past the settled text."""
+    tok = tokenizer(family)
+    prompt = tok.encode("the cat", add_special_tokens=False).ids
+    ids = tok.encode("the film was long and the actors were good , " * 20 + "a plot twist at last",
+                     add_special_tokens=False).ids
+    whole = continuation(tok, prompt, ids)
+    stop = whole[-12:-5]
+    tail = TextTail(tok, (stop, "never there"), prompt)
+    shown = []
+    for token in ids:
+        shown.append(tail.push(token))
+        if tail.stopped:
+            break
+    assert tail.joined.base > 0 and tail.stopped and whole.index(stop) > len(tail.joined.settled)
+    assert tail.text == whole[:whole.index(stop)] == "".join(shown)
+    kept = tail.joined.ids
+    assert kept == ids[:len(kept)] and stop in continuation(tok, prompt, kept)
+    assert stop not in continuation(tok, prompt, kept[:-1])  # no step after the stop's

@@ -30,6 +30,59 @@ def test_the_text_pushed_one_id_at_a_time_is_the_continuation_of_them_all(family
     assert joined.text() == texts[-1] and joined.ids == new
 
 
+def _cleaning_wordpiece():
+    """A WordPiece tokenizer whose decoder cleans up spaces across two tokens ("a ," -> "a,", "b ." -> "b.")
+    and joins "##" pieces: both change the text of the id before the new one."""
+    from tokenizers import Tokenizer, decoders, models
+
+    words = ["[UNK]", "a", "'", "b", "##s", ",", "n", "##t", "t", ".", "s", "re", "?", "!"]
+    backend = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    backend.decoder = decoders.WordPiece(cleanup=True)
+    backend.vocab_size = len(words)
+    return backend
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "t5", "cleanup"])
+@pytest.mark.parametrize("prompt", ["the film was long and the actors were good " * 4, ""])
+def test_a_long_run_pushed_one_id_at_a_time_is_the_whole_text_at_every_step(family, prompt):
+    """Pushes settle the text of all but the last ids: at every step it is still the whole decoding's,
+    for arbitrary ids (byte-level halves of characters, WordPiece joins, cleanup joining a token to the one
+    before), after a prompt and after none (an encoder-decoder's answer)."""
+    import random
+
+    from lmforge.generate.text import Continuation
+
+    tok = _cleaning_wordpiece() if family == "cleanup" else tokenizer(family)
+    context = [] if not prompt else tok.encode(prompt).ids if family == "cleanup" else \
+        tok.encode(prompt, add_special_tokens=False).ids
+    rng = random.Random(0)
+    low = min(256, tok.vocab_size)  # byte-level: single bytes, often half a character
+    new = [rng.randrange(tok.vocab_size) for _ in range(200)] + [rng.randrange(low) for _ in range(100)]
+    joined = Continuation(tok, context)
+    texts = [joined.push(token) for token in new]
+    assert texts == [continuation(tok, context, new[:i + 1]) for i in range(len(new))]
+    assert joined.base > 0  # settled: the later steps decoded only the last ids
+
+
+def test_a_push_decodes_a_bounded_number_of_ids_however_long_the_text():
+    """Every push had decoded all the new ids (and `lmforge generate --stop` pushes each one): quadratic
+    in the text's length. Now a push decodes at most 3 x JOIN_WINDOW ids."""
+    from lmforge.generate.text import Continuation
+
+    tok, decoded = tokenizer("gpt2"), []
+
+    class Counting:
+        def decode(self, ids):
+            decoded.append(len(ids))
+            return tok.decode(ids)
+
+    new = tok.encode("the film was long and the actors were good " * 30, add_special_tokens=False).ids
+    joined = Continuation(Counting(), new[:20])
+    texts = [joined.push(token) for token in new]
+    assert len(new) > 10 * JOIN_WINDOW and texts[-1] == continuation(tok, new[:20], new)
+    assert max(decoded) <= 3 * JOIN_WINDOW
+
+
 def test_a_decoder_prompt_keeps_its_templates_leading_bos_and_never_a_closing_token():
     """A converted Llama's tokenizer puts <s> before the text, as Hugging Face's text-generation pipeline
     feeds it: the command line and the server had sent the bare text, so a converted Llama continued

@@ -6,11 +6,13 @@ MAX_STOP of them and none longer than MAX_STOP_CHARS characters (each is sought 
 the server's default limits (serve/limits.py's max_stop and max_stop_chars, which a server may set
 otherwise) and the command line's.
 
-The text of the new ids is decoded whole at each step (decoding piece by piece loses WordPiece joins and
-splits multi-byte characters: generate/text.py), cut at the first stop string in it, and the part that could
-still become a stop string or an incomplete character is held back, so a streamed text never shows what
-the final text does not. Greedy and sampled generation ends at the step a stop string appears; beam search,
-whose best hypothesis is known only at the end, has its finished text cut.
+The text of the new ids is joined at each step as the whole decoded text has it (decoding piece by piece
+loses WordPiece joins and splits multi-byte characters), though only its last ids are decoded again
+(generate/text.py's Continuation: a step's cost stays flat), cut at the first stop string in it (sought
+in the text the step may have changed), and the part that could still become a stop string or an
+incomplete character is held back, so a streamed text never shows what the final text does not. Greedy
+and sampled generation ends at the step a stop string appears; beam search, whose best hypothesis is known
+only at the end, has its finished text cut.
 """
 from __future__ import annotations
 
@@ -79,12 +81,15 @@ class TextTail:
     def __init__(self, tokenizer, stops: tuple = (), context: list = ()) -> None:
         self.joined, self.stops = Continuation(tokenizer, context), tuple(s for s in stops if s)
         self.shown, self.text, self.stopped = "", "", False
+        self.longest = max(map(len, self.stops), default=0)
 
     def push(self, token: int) -> str:
         """Add one id; returns the text newly safe to show (maybe ""), joined to the `context` ids before
         it (a decoder's prompt) as generate/text.py joins it."""
+        # a stop string wholly in the settled text was there, and sought, at an earlier step
+        start = max(len(self.joined.settled) - self.longest + 1, 0)
         text = self.joined.push(token)
-        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        cut = min((i for i in (text.find(s, start) for s in self.stops) if i >= 0), default=-1)
         if cut >= 0:
             self.stopped, text = True, text[:cut]
         self.text = text

@@ -16,17 +16,37 @@ JOIN_WINDOW = 16  # context ids decoded with the new ones: a join reads the last
 class Continuation:
     """The text of ids generated one at a time after the ids `context` (a decoder's prompt; empty for an
     encoder-decoder's answer, which starts its own text): the context's window and the length of its
-    text are found once, not at every token (the command line's and the server's streams)."""
+    text are found once, not at every token (the command line's and the server's streams). Each push
+    decodes at most 3 x JOIN_WINDOW ids, not all the new ones (that made a long generation quadratic): the
+    ids before the last JOIN_WINDOW are settled once their text is the front of the whole and the rest,
+    decoded after its own window, is the remainder, as the context's window already assumes."""
 
     def __init__(self, tokenizer, context=()) -> None:
         self.tokenizer, self.window = tokenizer, list(context)[-JOIN_WINDOW:]
         self.skip = len(tokenizer.decode(self.window)) if self.window else 0
         self.ids = []
+        # the text of ids[:base], which later ids leave as it is; the window before ids[base:], its length
+        self.settled, self.base, self.before = "", 0, (self.window, self.skip)
 
     def push(self, token: int) -> str:
         """Add one id; the whole text the new ids make so far."""
         self.ids.append(token)
-        return self.text()
+        window, skip = self.before
+        text = self.settled + self.tokenizer.decode(window + self.ids[self.base:])[skip:]
+        if len(self.ids) - self.base >= 2 * JOIN_WINDOW:
+            self._settle(text)
+        return text
+
+    def _settle(self, text: str) -> None:
+        """Settle the ids before the last JOIN_WINDOW where their text and the rest's add up to `text`; a
+        join across the cut (cleanup's " ' "), or half a character at it, waits for a later step."""
+        end, (window, skip) = len(self.ids) - JOIN_WINDOW, self.before
+        front = self.settled + self.tokenizer.decode(window + self.ids[self.base:end])[skip:]
+        before = self.ids[end - JOIN_WINDOW:end]
+        after = len(self.tokenizer.decode(before))
+        rest = self.tokenizer.decode(before + self.ids[end:])[after:]
+        if front + rest == text and not front.endswith("\ufffd"):
+            self.settled, self.base, self.before = front, end, (before, after)
 
     def text(self) -> str:
         """The text the new ids make after the context, joined as the tokenizer joins them."""

@@ -15,6 +15,8 @@ NONE = "/nonexistent-lmforge-path"
     ("pretrain", ["--preset", "bert-tiny", "--objective", "mlm"], "n_layer=2", "n_layers"),
     ("pretrain", ["--model", NONE, "--objective", "mlm"], "warmpu=2", "warmup"),
     ("finetune", ["--builtin", "sentiment", "--model", "bert-tiny"], "n_layer=2", "n_layers"),
+    # a fine-tuning's max_length is its texts' length (max_len), not generation's new tokens it also has
+    ("finetune", ["--builtin", "sentiment", "--model", "bert-tiny"], "max_length=64", "max_len"),
     ("distill", ["--teacher", NONE, "--train", NONE, "--data", NONE], "temprature=2", "temperature"),
     ("prune", ["--model", NONE, "--method", "magnitude", "--sparsity", "0.5", "--data", NONE,
                "--train", NONE], "strat=0.1", "start"),

@@ -18,7 +18,8 @@ LISTED = {"ModelConfig": "lmforge options model", "TrainConfig": "lmforge option
           "SparseConfig": "lmforge options prune", "EncoderOptions": "lmforge options retrieve"}
 # the reference library's (transformers') names for fields lmforge names otherwise, which no spelling is
 # close to (learning_rate is nothing like lr; hidden_size was read as ffn_sizes, generation's max_length as
-# min_length, the opposite bound): suggested first
+# min_length, the opposite bound): suggested first; a tuple, the first of them the options have (a
+# fine-tuning's max_length is its texts' max_len, though TaskConfig has generation's max_new_tokens too)
 REFERENCE = {"learning_rate": "lr", "num_train_epochs": "epochs", "max_steps": "steps",
              "warmup_steps": "warmup", "per_device_train_batch_size": "batch_size",
              "gradient_accumulation_steps": "accumulation",
@@ -26,7 +27,7 @@ REFERENCE = {"learning_rate": "lr", "num_train_epochs": "epochs", "max_steps": "
              "num_layers": "n_layers", "n_layer": "n_layers", "num_attention_heads": "n_heads",
              "n_head": "n_heads", "intermediate_size": "d_ff", "max_position_embeddings": "max_seq_len",
              "n_positions": "max_seq_len", "hidden_dropout_prob": "dropout", "layer_norm_eps": "norm_eps",
-             "attention_probs_dropout_prob": "attention_dropout", "max_length": "max_new_tokens"}
+             "attention_probs_dropout_prob": "attention_dropout", "max_length": ("max_len", "max_new_tokens")}
 
 
 def close_names(name, known, n: int = 3) -> list:
@@ -34,7 +35,8 @@ def close_names(name, known, n: int = 3) -> list:
     library's name of one first): the one source of "did you mean" for fields, options, keywords, flags
     and presets."""
     known = [str(k) for k in known]
-    meant = [REFERENCE[name]] if REFERENCE.get(name) in known else []
+    wanted = REFERENCE.get(name, ())
+    meant = [m for m in ((wanted,) if isinstance(wanted, str) else wanted) if m in known][:1]
     return (meant + [c for c in difflib.get_close_matches(str(name), known, n=n) if c not in meant])[:n]
 
 

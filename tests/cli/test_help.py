@@ -58,3 +58,12 @@ def test_embed_s_model_help_names_every_kind_of_folder_it_reads():
                  action.option_strings)
     for kind in ("sentence-transformers", "Hugging Face", "lmforge", "all-MiniLM-L6-v2"):
         assert kind in embed.help, kind  # lmforge's own folders were left out, which it reads as well
+
+
+def test_corpus_inputs_help_names_every_compression_read():
+    """data/openers.py reads gzip, bzip2 and xz alike; the help of each command reading corpora says so."""
+    parsers = {parser.prog: parser for parser, _ in _parsers(build_parser())}
+    for prog, dest in [("lmforge corpus shard", "files"), ("lmforge pretrain", "data"),
+                       ("lmforge tokenizer train", "files")]:
+        text = next(a.help for a in parsers[prog]._actions if a.dest == dest)
+        assert all(kind in text for kind in ("gzip", "bzip2", "xz")), (prog, text)

@@ -46,8 +46,10 @@ def add_parsers(sub) -> None:
     """The `corpus` sub-command and its actions."""
     group = sub.add_parser("corpus", help="corpus ingestion: pre-tokenised shards").add_subparsers(
         dest="action", required=True)
-    p = group.add_parser("shard", help="tokenise text/JSONL/gzip files into memory-mappable shards")
-    p.add_argument("files", nargs="+", help="text, JSONL or .gz files, or directories of them")
+    p = group.add_parser("shard", help="tokenise text/JSONL files (gzip, bzip2, xz too) into "
+                                             "memory-mappable shards")
+    p.add_argument("files", nargs="+", help="text, JSONL or compressed (gzip, bzip2, xz) files, or "
+                   "directories of them")
     p.add_argument("--tokenizer", required=True, help="tokenizer directory (copied into --out)")
     p.add_argument("--out", required=True, help="the shards' directory (with a copy of the tokenizer)")
     p.add_argument("--workers", type=bounded(int, 1, MAX_WORKERS), default=1,

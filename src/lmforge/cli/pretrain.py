@@ -140,8 +140,9 @@ def add_parsers(sub) -> None:
          0, f"[0, {MAX_DUPLICATION}]")
     p.add_argument("overrides", nargs="*", help="key=value: training options or model config fields")
     p.add_argument("--config", help="YAML/JSON file of the same keys (a key=value or a flag given too wins)")
-    said(p.add_argument("--data", nargs="*", help="text, JSONL or .gz files, folders of them, or a shard "
-                                                  "folder (`lmforge corpus shard`)"), "the built-in corpus")
+    said(p.add_argument("--data", nargs="*", help="text, JSONL or compressed (gzip, bzip2, xz) files, "
+                                                  "folders of them, or a shard folder (corpus shard)"),
+         "the built-in corpus")
     option_flags(p, ReadOptions, bound=True)  # how --data's text files are read
     said(p.add_argument("--tokenizer", help="tokenizer directory"),
          "train one on the corpus; with --model, the checkpoint's")

@@ -83,8 +83,8 @@ class PretrainInputs:
             raise OptionsError(f"log must be callable, got {type(self.log).__name__}", "log")
         if self.data is not None and not all(isinstance(path, (str, os.PathLike)) for path in self.data):
             bad = next(path for path in self.data if not isinstance(path, (str, os.PathLike)))
-            raise OptionsError(f"data holds {type(bad).__name__} {bad!r:.40}: give paths (text, JSONL or .gz "
-                               "files, folders of them, or a shard folder)", "data")
+            raise OptionsError(f"data holds {type(bad).__name__} {bad!r:.40}: give paths (text, JSONL or "
+                               "compressed files, folders of them, or a shard folder)", "data")
         if self.read is not None and not isinstance(self.read, ReadOptions):
             raise OptionsError(f"read must be a ReadOptions or null, got {type(self.read).__name__}", "read")
         if self.evaluator is not None and not callable(self.evaluator):

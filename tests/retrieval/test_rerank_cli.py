@@ -66,3 +66,23 @@ def test_rerank_flags_are_refused_in_one_line(setup, capsys, extra, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_cross_encoder_lmforge_cannot_score_with_is_refused_before_the_index_is_searched(tmp_path, capsys):
+    """--rerank takes a CrossEncoder's folder (lmforge.rerank's rule), but not one whose Tanh lmforge cannot
+    score with: that was let through to fail after the index was read and searched, a ValueError naming no
+    flag; it is refused up front as Reranker.load refuses it, naming --rerank and the file."""
+    pytest.importorskip("transformers")
+    from tests.tasks.hf_reference import reference_dir
+
+    _, folder = reference_dir(tmp_path / "ce", num_labels=1,
+                              sentence_transformers={"activation_fn": "torch.nn.Tanh"})
+    index = tmp_path / "ix"
+    index.mkdir()
+    (index / "passages.jsonl").write_text("not read: refused first\n")
+    capsys.readouterr()  # the reference's own progress lines
+    argv = ["retrieve", "--index", str(index), "--query", QUERY, "--rerank", str(folder)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--rerank {folder}: " in err and "activation_fn 'torch.nn.Tanh' is not supported" in err
+    assert err.count("\n") == 1

@@ -128,7 +128,6 @@ def check_source(flag: str, given: str | None, named: tuple = ("builtin",), fold
 
 def _check_rerank(args) -> None:
     """--rerank names a reranker directory (--candidates' bounds and need of it: cmd_query, before)."""
-    from lmforge.config.options import OptionsError
     from lmforge.pipelines.rerank import check_reranker
 
     if args.rerank is None:
@@ -137,7 +136,7 @@ def _check_rerank(args) -> None:
         raise UsageError(f"--rerank {args.rerank}: no such directory")
     try:
         check_reranker(args.rerank)  # lmforge.rerank's rule: a CrossEncoder's folder is one too
-    except OptionsError as err:
+    except ValueError as err:  # OptionsError, or a Tanh CrossEncoder's activation (check_scored)
         raise UsageError(f"--rerank {args.rerank}: {err}") from None
 
 

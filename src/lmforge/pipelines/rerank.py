@@ -125,16 +125,20 @@ class Reranker:
 def check_reranker(model) -> None:
     """Refuse a model folder (or name) that is no reranker, by what its files say (a task.json of kind rerank,
     or a CrossEncoder's head): an OptionsError naming model, for lmforge.rerank and --rerank alike (a
-    never fine-tuned folder was a plain ValueError about a random head in Python)."""
+    never fine-tuned folder was a plain ValueError about a random head in Python); a reranker whose
+    activation lmforge cannot score with (a CrossEncoder's Tanh) is Reranker.load's ValueError naming the
+    file (check_scored), before any weights are read."""
     from lmforge.io import find_model_dir, model_dir
     from lmforge.presets import PRESETS
-    from lmforge.tasks.reference import fine_tuned_for, task_info
+    from lmforge.tasks.reference import check_scored, fine_tuned_for, task_info
 
     preset = str(model) in PRESETS  # built untrained: no reranker
     if not preset:
         find_model_dir(model)  # a name of no model: lmforge.load's CheckpointError, as fine_tuned_task says
-    info = {} if preset else task_info(model_dir(model) or model)
+    path = None if preset else model_dir(model) or model
+    info = {} if preset else task_info(path)
     if fine_tuned_for(info, "rerank"):
+        check_scored(path, info, "rerank")  # --rerank had let a Tanh through, to fail after the search
         return
     kind, kinds = info.get("kind"), info.get("kinds")
     said = ("a preset, never fine-tuned" if preset else f"its task.json says {kind}" if kind

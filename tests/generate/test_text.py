@@ -42,7 +42,16 @@ def _cleaning_wordpiece():
     return backend
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "t5", "cleanup"])
+def _byte_level():
+    """A byte-level BPE (GPT-2's decoder) of texts with 2-, 3- and 4-byte characters: its single bytes are
+    halves of characters, which a later id completes (tests.tasks.core's "gpt2" is a BPE of whole symbols)."""
+    from lmforge.tokenizer import train_tokenizer
+
+    texts = ["the café was naïve, the crème brûlée good: 日本語のテキスト 😀 🎉 Zürich русский 中文 " * 3] * 8
+    return train_tokenizer(texts, "bytelevel-bpe", 400, family="gpt2")
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "t5", "cleanup", "bytelevel"])
 @pytest.mark.parametrize("prompt", ["the film was long and the actors were good " * 4, ""])
 def test_a_long_run_pushed_one_id_at_a_time_is_the_whole_text_at_every_step(family, prompt):
     """Pushes settle the text of all but the last ids: at every step it is still the whole decoding's,
@@ -52,7 +61,7 @@ def test_a_long_run_pushed_one_id_at_a_time_is_the_whole_text_at_every_step(fami
 
     from lmforge.generate.text import Continuation
 
-    tok = _cleaning_wordpiece() if family == "cleanup" else tokenizer(family)
+    tok = {"cleanup": _cleaning_wordpiece, "bytelevel": _byte_level}.get(family, lambda: tokenizer(family))()
     context = [] if not prompt else tok.encode(prompt).ids if family == "cleanup" else \
         tok.encode(prompt, add_special_tokens=False).ids
     rng = random.Random(0)
@@ -62,6 +71,8 @@ def test_a_long_run_pushed_one_id_at_a_time_is_the_whole_text_at_every_step(fami
     texts = [joined.push(token) for token in new]
     assert texts == [continuation(tok, context, new[:i + 1]) for i in range(len(new))]
     assert joined.base > 0  # settled: the later steps decoded only the last ids
+    if family == "bytelevel":  # half a character at a step's end, made whole by a later id
+        assert any(a.endswith("\ufffd") and not b.startswith(a) for a, b in zip(texts, texts[1:]))
 
 
 def test_a_push_decodes_a_bounded_number_of_ids_however_long_the_text():

@@ -120,3 +120,23 @@ def test_a_decoder_prompt_keeps_its_templates_leading_bos_and_never_a_closing_to
         tok = tokenizer(family)
         bare = tok.encode("the film", add_special_tokens=False).ids
         assert prompt_ids(tok, "the film", False) == bare
+
+
+def test_a_run_that_never_settles_is_tried_once_a_window_not_at_every_id():
+    """A run of invalid bytes (U+FFFD each: an untrained model's output) never settles: each push had tried,
+    3 more decodes of the growing run at every id; after more failures than a character has bytes it
+    tries once a window, and the texts are still the whole decoding's."""
+    from lmforge.generate.text import Continuation
+
+    tok, decoded = _byte_level(), []
+
+    class Counting:
+        def decode(self, ids):
+            decoded.append(len(ids))
+            return tok.decode(ids)
+
+    junk = next(i for i in range(tok.vocab_size) if tok.decode([i, i]) == "\ufffd\ufffd")
+    joined = Continuation(Counting(), [])
+    texts = [joined.push(junk) for _ in range(200)]
+    assert texts[-1] == "\ufffd" * 200 and joined.base == 0
+    assert len(decoded) < 1.3 * 200  # one decode a push, and a failed settle's 3 once a window

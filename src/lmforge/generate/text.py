@@ -19,7 +19,8 @@ class Continuation:
     text are found once, not at every token (the command line's and the server's streams). Each push
     decodes at most 3 x JOIN_WINDOW ids, not all the new ones (that made a long generation quadratic): the
     ids before the last JOIN_WINDOW are settled once their text is the front of the whole and the rest,
-    decoded after its own window, is the remainder, as the context's window already assumes."""
+    decoded after its own window, is the remainder, as the context's window already assumes (a run of
+    U+FFFD, invalid bytes, never settles: it is decoded whole, a failed settle tried once a window)."""
 
     def __init__(self, tokenizer, context=()) -> None:
         self.tokenizer, self.window = tokenizer, list(context)[-JOIN_WINDOW:]
@@ -27,13 +28,14 @@ class Continuation:
         self.ids = []
         # the text of ids[:base], which later ids leave as it is; the window before ids[base:], its length
         self.settled, self.base, self.before = "", 0, (self.window, self.skip)
+        self.failed, self.retry = 0, 0  # settles failed in a row; len(ids) at which one is tried again
 
     def push(self, token: int) -> str:
         """Add one id; the whole text the new ids make so far."""
         self.ids.append(token)
         window, skip = self.before
         text = self.settled + self.tokenizer.decode(window + self.ids[self.base:])[skip:]
-        if len(self.ids) - self.base >= 2 * JOIN_WINDOW:
+        if len(self.ids) - self.base >= 2 * JOIN_WINDOW and len(self.ids) >= self.retry:
             self._settle(text)
         return text
 
@@ -46,7 +48,12 @@ class Continuation:
         after = len(self.tokenizer.decode(before))
         rest = self.tokenizer.decode(before + self.ids[end:])[after:]
         if front + rest == text and not front.endswith("\ufffd"):
-            self.settled, self.base, self.before = front, end, (before, after)
+            self.settled, self.base, self.before, self.failed = front, end, (before, after), 0
+            return
+        # more failures in a row than a character has bytes: a run of U+FFFD (invalid bytes, which never
+        # settles); tried once a window, not with 3 more decodes at every id
+        self.failed += 1
+        self.retry = len(self.ids) + (JOIN_WINDOW if self.failed > 3 else 0)
 
     def text(self) -> str:
         """The text the new ids make after the context, joined as the tokenizer joins them."""

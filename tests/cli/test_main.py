@@ -12,6 +12,8 @@ from lmforge.cli import main, one_line
     (["no-such-job"], "no-such-job: no such command (one of inspect, convert,"),
     # the reference's name: was "did you mean --min-length?", the opposite bound
     (["generate", "--model", "m", "x", "--max-length", "5"], "did you mean --max-new-tokens?"),
+    # the same name spelt as the reference's keyword: was --min-length too (flags read as option names now)
+    (["generate", "--model", "m", "x", "--max_length", "5"], "did you mean --max-new-tokens?"),
     ([], "lmforge: error: give a command: inspect, convert, presets,"),  # was "required: command"
     (["tokenizer"], "lmforge tokenizer: error: give a command: train (see"),  # was "required: action"
     (["index"], "lmforge index: error: give a command: build (see"),

@@ -132,20 +132,16 @@ def one_line(message) -> str:
     return " ".join(str(message).split())
 
 
-# the reference library's names for flags lmforge names otherwise, suggested by meaning where the spelling
-# is closer to another flag (generate's --max-length read as --min-length, the opposite bound)
-REFERENCE_FLAGS = {"--max-length": "--max-new-tokens"}
-
-
 def close_flag(parser: argparse.ArgumentParser, extras: list) -> str:
     """"; did you mean --model?" for the first unknown flag among `extras` that is close to one of
-    `parser`'s flags (--modle), or that is the reference library's name of one; "" where none is."""
-    flags = [flag for a in parser._actions for flag in a.option_strings if flag.startswith("--")]
+    `parser`'s flags (--modle), or that is the reference library's name of one (config.names.REFERENCE, read
+    as option names: --max-length is max_length); "" where none is."""
+    flags = {flag[2:].replace("-", "_"): flag for a in parser._actions for flag in a.option_strings
+             if flag.startswith("--")}
     for given in (e.split("=")[0] for e in extras if e.startswith("--")):
-        close = [REFERENCE_FLAGS[given]] if REFERENCE_FLAGS.get(given) in flags else \
-            close_names(given, flags, n=1)
+        close = close_names(given[2:].replace("-", "_"), flags, n=1)
         if close:
-            return f"; did you mean {close[0]}?"
+            return f"; did you mean {flags[close[0]]}?"
     return ""
 
 

@@ -105,6 +105,12 @@ def test_t5_generates_the_span_of_its_first_sentinel(saved):
         assert c.sequence == TEXT.replace("[MASK]", c.token) and "<extra_id" not in c.token
 
 
+def test_t5_s_refusal_of_a_text_without_a_mask_names_its_sentinel_among_the_spellings(saved):
+    _, model, tokenizer = saved["t5"]
+    with pytest.raises(lmforge.OptionsError, match=r"\(\[MASK\] or <mask> or <extra_id_0>\), found 0"):
+        fill_mask(model, tokenizer, "No mask here.")
+
+
 def test_bart_rewrites_the_sentence(saved):
     _, model, tokenizer = saved["bart"]
     out = fill_mask(model, tokenizer, TEXT, top_k=3, max_span=3)

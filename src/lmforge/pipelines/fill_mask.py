@@ -130,9 +130,9 @@ def with_mask(text, token: str) -> str:
     for spelling in MASK_SPELLINGS:
         if spelling != token:
             text = text.replace(spelling, token)
-    if text.count(token) != 1:
-        raise OptionsError(f"the text must hold exactly one mask ({' or '.join(MASK_SPELLINGS)}), "
-                           f"found {text.count(token)}", "text")
+    if text.count(token) != 1:  # the model's own token too where it is another (T5's <extra_id_0>)
+        said = " or ".join(dict.fromkeys((*MASK_SPELLINGS, token)))
+        raise OptionsError(f"the text must hold exactly one mask ({said}), found {text.count(token)}", "text")
     return text
 
 

@@ -220,6 +220,16 @@ def test_a_run_says_what_it_read_and_refuses_a_text_too_short_to_train_on(tmp_pa
     assert "makes 1 example(s) of up to 128 tokens, held out for validation, and none to train on" in err
 
 
+def test_sentence_pairs_from_one_sentence_documents_are_refused_saying_what_the_text_lacks(tmp_path, capsys):
+    """NSP's pairs are cut from documents of 2+ sentences: no max_len helps one-sentence documents."""
+    (tmp_path / "a.txt").write_text("The cat sat on the mat.\n\nThe dog ran to the cat.\n\n" * 20)
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "nsp", "--steps", "1", "--max-len", "16",
+                 "progress=false", "n_layers=1", "--data", str(tmp_path / "a.txt"),
+                 "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "give more text, in documents of 2+ sentences" in err and "max_len" not in err.split("give")[-1]
+
+
 def test_only_the_first_process_says_what_the_run_read(monkeypatch):
     """Under torchrun every rank reads the corpus: the first one says so, the others say nothing."""
     from lmforge.train.pretrain import rank_zero

@@ -296,10 +296,10 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
     tokens = sum(len(sentence_parts(s)[0]) for d in ids for s in d)  # (ids, spellings) too
     read = (f"{len(docs):,} documents{f' ({repeats:,} repeats)' if repeats else ''}, "
             f"{sum(map(len, docs)):,} sentences, {tokens:,} tokens")
-    if len(examples) <= held_out:
+    if len(examples) <= held_out:  # a sentence pair is cut from one document: max_len does not help it
+        fix = "in documents of 2+ sentences" if spec.examples.kind == "pairs" else "or a smaller max_len"
         raise ValueError(f"the text ({read}) makes {len(examples)} example(s) of up to {max_len} tokens, "
-                         "held out for validation, and none to train on: give more text, or a smaller "
-                         "max_len")
+                         f"held out for validation, and none to train on: give more text, {fix}")
     log(f"read {read}: {len(examples) - held_out:,} training and {held_out:,} held-out examples of up to "
         f"{max_len} tokens")
     return examples[held_out:], examples[:held_out]

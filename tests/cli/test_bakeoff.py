@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lmforge.cli import main
 from tests.bakeoff.conftest import TINY
 
@@ -61,6 +63,18 @@ def test_a_report_of_a_folder_where_nothing_ran_is_refused_not_written(tmp_path,
     args = ["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), "--report"]
     assert main(args) == 2
     assert "no bake-off has run there" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_dry_run_and_report_together_are_refused_naming_both(tmp_path, capsys):
+    """--report used to win silently: the dry run asked for was never printed."""
+    (tmp_path / "p.json").write_text(json.dumps(TINY))
+    args = ["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"),
+            "--dry-run", "--report"]
+    with pytest.raises(SystemExit) as ended:
+        main(args)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert "--report" in err and "--dry-run" in err and not (tmp_path / "o").exists()
 
 
 def test_a_shipped_plan_s_name_is_no_path_so_an_out_of_that_name_resumes(tmp_path, capsys, monkeypatch):

@@ -85,8 +85,9 @@ def add_parsers(sub) -> None:
                    help=f"a YAML/JSON plan, or a shipped plan's name: {', '.join(shipped_plans()) or 'none'}")
     p.add_argument("--out", required=True, help="the run's directory (a rerun resumes it)")
     p.add_argument("--seeds", help="comma-separated seeds instead of the plan's (e.g. 0 for a first look)")
-    p.add_argument("--dry-run", dest="dry_run", action="store_true",
-                   help="prepare corpus, tokenizer and tasks, print each arm's steps and FLOPs, "
-                        "train nothing")
-    p.add_argument("--report", action="store_true", help="only write the report of the results so far")
+    only = p.add_mutually_exclusive_group()  # together, --report ran and --dry-run was dropped unsaid
+    only.add_argument("--dry-run", dest="dry_run", action="store_true",
+                      help="prepare corpus, tokenizer and tasks, print each arm's steps and FLOPs, "
+                           "train nothing")
+    only.add_argument("--report", action="store_true", help="only write the report of the results so far")
     p.set_defaults(func=cmd_bakeoff)

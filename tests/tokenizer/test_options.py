@@ -82,3 +82,11 @@ def test_the_command_reads_a_whole_number_as_python_does(value, accepted):
     except SystemExit:  # argparse: out of bounds, or no whole number
         command = False
     assert python is command is accepted
+
+
+def test_vocab_size_s_help_says_the_t5_sentinels_come_on_top_as_training_adds_them():
+    """It said 'special tokens included' alone, and --family t5 --vocab-size 200 wrote 300 ids."""
+    texts = ["the cat sat on the mat", "a dog ran to the cat"] * 20
+    tok = train_tokenizer(texts, kind="unigram", vocab_size=80, family="t5")
+    assert tok.vocab_size > 100 and tok.token_to_id("<extra_id_99>") is not None
+    assert "100 <extra_id_*> on top" in TokenizerOptions.__dataclass_fields__["vocab_size"].metadata["help"]

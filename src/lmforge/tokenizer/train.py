@@ -124,9 +124,9 @@ class TokenizerOptions:
 
     kind: str = option("wordpiece", "the algorithm", choices=KINDS)
     # the `tokenizers` trainer aborts the process (a Rust panic) on a vocabulary of 1e10: ModelConfig's bound
-    vocab_size: int = option(30522, "ids, special tokens included (about: training may stop short); at least "
-                             "the specials and one more, byte-level BPE's 256 bytes too", low=1,
-                             high=MAX_VOCAB)
+    vocab_size: int = option(30522, "ids, special tokens included, the t5 family's 100 <extra_id_*> on top "
+                             "(as T5's) (about: training may stop short); at least the specials and one "
+                             "more, byte-level BPE's 256 bytes too", low=1, high=MAX_VOCAB)
     family: str | None = option(None, "special tokens and template", choices=tuple(FAMILIES), unset=", ".join(
         f"{family} for {kind}" for kind, family in DEFAULT_FAMILY.items()))
     lowercase: bool = option(False, "lower-case the text")

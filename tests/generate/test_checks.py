@@ -95,16 +95,19 @@ def test_an_encoder_is_refused_naming_model():
     assert err.value.field == "model"
 
 
-def test_more_running_sequences_than_the_bound_are_refused_before_any_model_call(gpt, calls):
-    """200,000 prompts x 64 beams asked torch for 100 GB and failed as a RuntimeError naming nothing."""
-    from lmforge.generate.options import MAX_SEQUENCES
+def test_more_running_sequences_than_the_bound_are_refused_before_any_model_call(gpt, calls, monkeypatch):
+    """200,000 prompts x 64 beams asked torch for 100 GB and failed as a RuntimeError naming nothing. The
+    bound is lowered to 64 sequences here, so that a batch at it runs in milliseconds (65,536: seconds)."""
+    from lmforge.generate import checks
 
-    prompts = torch.full((MAX_SEQUENCES // 4 + 1, 2), 5)  # just past the bound with 4 sequences each
+    monkeypatch.setattr(checks, "MAX_SEQUENCES", 64)
+    prompts = torch.full((64 // 4 + 1, 2), 5)  # just past the bound with 4 sequences each
     for given in ({"num_beams": 4}, {"do_sample": True, "num_return_sequences": 4}):
-        with pytest.raises(OptionsError, match=f"^{MAX_SEQUENCES // 4 + 1} prompts x 4 sequences each is "
-                                               f"{MAX_SEQUENCES + 4} sequences at once, more than "
-                                               f"{MAX_SEQUENCES}: give fewer prompts a call$") as err:
+        with pytest.raises(OptionsError, match="^17 prompts x 4 sequences each is 68 sequences at once, more "
+                                               "than 64: give fewer prompts a call$") as err:
             lmforge.generate(gpt, prompts, max_new_tokens=1, **given)
         assert err.value.field == "input_ids" and not calls
-    out = lmforge.generate(gpt, prompts[: MAX_SEQUENCES // 4], max_new_tokens=1, num_beams=4)
-    assert out.shape == (MAX_SEQUENCES // 4, 3) and calls  # at the bound: it runs
+    out = lmforge.generate(gpt, prompts[:16], max_new_tokens=1, num_beams=4)
+    assert out.shape == (16, 3) and calls  # at the bound: it runs
+
+

@@ -139,14 +139,17 @@ def test_row_figures_are_its_json(where, first, figures, source):
 
 
 def test_the_figure_tables_are_found():
-    """README's Measured table and docs/retrieval.md's two tables are read, each row with its JSON, so the
-    check above cannot pass by finding no rows."""
+    """README's Measured table, docs/retrieval.md's two tables and docs/gpu.md's ELMo table are read, each
+    row with its JSON, so the check above cannot pass by finding no rows."""
     readme = figure_rows(ROOT / "README.md")
     assert len(readme) >= 17
     assert ("0.774 vs 0.644", "bench/results/rerank.json") in {(row[1][0], row[2]) for row in readme}
     docs = {(row[0], row[2]) for row in figure_rows(ROOT / "docs" / "retrieval.md")}
     assert ("recall@1", "bench/results/rerank_dense.json") in docs
     assert ("untrained", "bench/results/embedding_precision.json") in docs
+    # docs/gpu.md's ELMo step time on an H200, named in the text above its table
+    gpu = {(row[0], row[2]) for row in figure_rows(ROOT / "docs" / "gpu.md")}
+    assert ("the pretraining run", "bench/results/elmo_features_h200.json") in gpu
 
 
 def test_every_override_names_a_row():

@@ -230,6 +230,18 @@ def test_sentence_pairs_from_one_sentence_documents_are_refused_saying_what_the_
     assert "give more text, in documents of 2+ sentences" in err and "max_len" not in err.split("give")[-1]
 
 
+def test_sentence_pairs_too_few_from_long_documents_are_still_told_a_smaller_max_len(tmp_path, capsys):
+    """A document of 12 sentences makes one NSP chunk at max_len 128 and several at 24: the pairs' '2+
+    sentences' hint is for one-sentence documents only, not every pair objective's short text."""
+    text = " ".join(f"The {w} sat on the mat by the big red house." for w in ("cat", "dog", "fox") * 4)
+    (tmp_path / "a.txt").write_text(text + "\n")
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "nsp", "--steps", "1",
+                 "--max-len", "128", "progress=false", "n_layers=1", "--data", str(tmp_path / "a.txt"),
+                 "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "12 sentences" in err and "give more text, or a smaller max_len" in err and "2+" not in err
+
+
 def test_only_the_first_process_says_what_the_run_read(monkeypatch):
     """Under torchrun every rank reads the corpus: the first one says so, the others say nothing."""
     from lmforge.train.pretrain import rank_zero

@@ -90,8 +90,7 @@ def tokenize_documents(tokenizer, docs: list, spelled: bool = False) -> list:
     """Documents of sentences -> documents of sentence id lists (no special tokens); spelled (a word
     tokenizer's biLM): (ids, {position: spelling} of its <UNK> words) per sentence, as the character CNN
     reads every word's own characters (tokenizer/chars.py spelled_ids)."""
-    # batched, as corpus shard tokenises its shards (data/shard_oov.py): the same ids, a sentence empty of
-    # them dropped
+    # batched, as corpus shard tokenises its shards (data/shard_oov.py): the same ids, empty sentences dropped
     encoded = encode_documents(tokenizer.backend, docs, tokenizer.special_id("unk") if spelled else None)
     return [[s for s in doc if sentence_parts(s)[0]] for doc in encoded]
 
@@ -296,8 +295,9 @@ def _examples(spec: ObjectiveSpec, shards, docs, tokenizer, max_len: int, seed: 
     tokens = sum(len(sentence_parts(s)[0]) for d in ids for s in d)  # (ids, spellings) too
     read = (f"{len(docs):,} documents{f' ({repeats:,} repeats)' if repeats else ''}, "
             f"{sum(map(len, docs)):,} sentences, {tokens:,} tokens")
-    if len(examples) <= held_out:  # a sentence pair is cut from one document: max_len does not help it
-        fix = "in documents of 2+ sentences" if spec.examples.kind == "pairs" else "or a smaller max_len"
+    if len(examples) <= held_out:  # a pair is cut from one document's 2+ sentences
+        alone = spec.examples.kind == "pairs" and all(len(d) < 2 for d in docs)  # else max_len cuts more
+        fix = "in documents of 2+ sentences" if alone else "or a smaller max_len"
         raise ValueError(f"the text ({read}) makes {len(examples)} example(s) of up to {max_len} tokens, "
                          f"held out for validation, and none to train on: give more text, {fix}")
     log(f"read {read}: {len(examples) - held_out:,} training and {held_out:,} held-out examples of up to "

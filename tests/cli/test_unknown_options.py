@@ -36,3 +36,28 @@ def test_a_name_close_to_no_option_is_named_with_where_they_are_listed(tmp_path,
                  "colour=red"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("error: unknown option colour (all: lmforge options pretrain)")
+
+
+@pytest.mark.parametrize("job, args", [
+    ("pretrain", ["--preset", "bert-tiny", "--objective", "mlm"]),
+    ("finetune", ["--builtin", "sentiment", "--model", "bert-tiny"]),
+    ("distill", ["--teacher", NONE, "--train", NONE, "--data", NONE]),
+    ("probe", ["--model", NONE, "--data", NONE]),
+])
+def test_a_typo_in_a_config_file_names_the_file_the_key_and_the_closest_option(job, args, tmp_path, capsys):
+    """The refusal named the key alone, though a bad value from the same file named the file to mend."""
+    config = tmp_path / "run.yaml"
+    config.write_text("lr: 0.001\nepochz: 2\n")
+    assert main([job, *args, "--out", str(tmp_path / "o"), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown option epochz; did you mean epochs?" in err, err
+    assert err.rstrip().endswith(f"(from --config {config})") and not (tmp_path / "o").exists()
+
+
+def test_a_typo_given_as_key_value_is_not_said_to_come_from_the_config_file(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text("epochz: 2\n")
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(tmp_path / "o"),
+                 "--config", str(config), "epochz=3"]) == 2  # key=value wins over the file: the line's one
+    err = capsys.readouterr().err
+    assert "unknown option epochz" in err and "--config" not in err

@@ -36,8 +36,8 @@ def fit_config(args):
 
     try:
         return FitConfig.from_dict({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    except (TypeError, ValueError) as err:
-        raise UsageError(str(err)) from None
+    except (TypeError, ValueError) as err:  # its field kept: main names the --config file it came from
+        raise UsageError(str(err), getattr(err, "field", None)) from None
 
 
 def existing(path: str | None, option: str) -> str | None:

@@ -13,7 +13,7 @@ import yaml
 from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ModelConfig
 from lmforge.config.options import MAX_SEED
-from lmforge.config.names import close_names
+from lmforge.config.names import close_names, unknown_message
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS, TrainConfig, check_ranks
@@ -24,6 +24,10 @@ from lmforge.utils.yamltext import load_yaml
 
 class UsageError(ValueError):
     """Bad command-line input; reported in one line with exit status 2."""
+
+    def __init__(self, message: str = "", field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field  # the option refused, where one is: main names the --config file it came from
 
 
 def note(line: str) -> None:
@@ -220,6 +224,14 @@ def read_config_file(path: str | None) -> dict:
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping of field: value")
     return data
+
+
+def unknown_options(unknown, known, listed: str) -> UsageError:
+    """The UsageError for key=value / --config keys `unknown` that are none of a command's options `known`
+    (unknown_message's line, `listed`: where they all are); its .field the first of them, so main's
+    config_source ends the line with "(from --config FILE)" where that key came from the file."""
+    names = sorted(map(str, unknown))
+    return UsageError(unknown_message(names, known, listed=listed), names[0] if names else None)
 
 
 def resolve_config(name: str, overrides: dict) -> ModelConfig:

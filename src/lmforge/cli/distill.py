@@ -70,15 +70,14 @@ def _option_keys(options: dict) -> tuple:
     """(loss option names, training option names); an option that is neither is a UsageError."""
     from dataclasses import fields
 
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import unknown_options
     from lmforge.compress.task_distillation import LOSS
-    from lmforge.config.names import unknown_message
     from lmforge.train import TrainConfig
 
     loss_keys, train_keys = set(LOSS), {f.name for f in fields(TrainConfig)}
     unknown = sorted(set(options) - loss_keys - train_keys)
     if unknown:
-        raise UsageError(unknown_message(unknown, loss_keys | train_keys, listed="lmforge options distill"))
+        raise unknown_options(unknown, loss_keys | train_keys, "lmforge options distill")
     return loss_keys, train_keys
 
 

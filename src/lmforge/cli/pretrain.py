@@ -8,9 +8,8 @@ from pathlib import Path
 from lmforge import objectives
 from lmforge.cli.common import (SEED, STEPS, UsageError, bounded, flag_named, flag_values, from_flags, note,
                                 option_flags, parse_overrides, read_config_file, refuse_nested,
-                                refuse_overwrite, said, tokenizer_folder, train_config)
+                                refuse_overwrite, said, tokenizer_folder, train_config, unknown_options)
 from lmforge.config import ModelConfig
-from lmforge.config.names import unknown_message
 from lmforge.config.options import coerce
 from lmforge.data.read_options import ReadOptions
 from lmforge.train.checkpoint import RUN_FILES
@@ -85,7 +84,7 @@ def cmd_pretrain(args) -> None:
     unknown = sorted(set(model) - {f.name for f in dataclasses.fields(ModelConfig)})
     if unknown:  # neither a training, a recipe nor a model option: suggested from all three
         known = [f.name for cls in (TrainConfig, RecipeOptions, ModelConfig) for f in dataclasses.fields(cls)]
-        raise UsageError(unknown_message(unknown, known, listed="lmforge options pretrain"))
+        raise unknown_options(unknown, known, "lmforge options pretrain")
     if (args.model is not None or args.teacher is not None) and model:
         given = "--model DIR is pretrained further" if args.model else "the student is the teacher's"
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to --preset only; "

@@ -95,10 +95,10 @@ def _sparse_configs(args) -> tuple:
     wins), checked before any file but --config is looked at."""
     from dataclasses import fields
 
-    from lmforge.cli.common import UsageError, parse_overrides, read_config_file, train_config
+    from lmforge.cli.common import (UsageError, parse_overrides, read_config_file, train_config,
+                                    unknown_options)
     from lmforge.cli.tasks import split_options
     from lmforge.compress.sparse_finetune import SCHEDULE
-    from lmforge.config.names import unknown_message
     from lmforge.tasks.finetune import TaskConfig
     from lmforge.train import TrainConfig
 
@@ -109,7 +109,7 @@ def _sparse_configs(args) -> tuple:
     sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SCHEDULE}
     if rest:  # neither a training, a fine-tuning nor a schedule option: suggested from all three
         known = [f.name for cls in (TrainConfig, TaskConfig) for f in fields(cls)] + list(SCHEDULE)
-        raise UsageError(unknown_message(rest, known, listed="lmforge options prune"))
+        raise unknown_options(rest, known, "lmforge options prune")
     sparse_cfg = sparse_options(args, sparse_opts)
     return train_config(args, train_opts), TaskConfig.from_dict(task_opts), sparse_cfg
 

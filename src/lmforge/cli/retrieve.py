@@ -43,8 +43,7 @@ def _options(args) -> tuple:
     bounds checked here, before any file is looked at (with a model's saved options: BiEncoder.from_dir)."""
     from dataclasses import fields
 
-    from lmforge.cli.common import UsageError, parse_overrides, read_config_file
-    from lmforge.config.names import unknown_message
+    from lmforge.cli.common import parse_overrides, read_config_file, unknown_options
     from lmforge.config.options import checked_as
     from lmforge.retrieval.dpr import EncoderOptions
     from lmforge.train import TrainConfig
@@ -53,7 +52,7 @@ def _options(args) -> tuple:
     train_keys, enc_keys = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(EncoderOptions)}
     unknown = sorted(set(options) - train_keys - enc_keys)
     if unknown:
-        raise UsageError(unknown_message(unknown, train_keys | enc_keys, listed="lmforge options retrieve"))
+        raise unknown_options(unknown, train_keys | enc_keys, "lmforge options retrieve")
     return ({k: v for k, v in options.items() if k in train_keys},
             {k: checked_as(EncoderOptions, k, v) for k, v in options.items() if k in enc_keys})
 

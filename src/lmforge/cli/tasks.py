@@ -62,16 +62,15 @@ def refuse_unknown(model: dict) -> None:
     """Refuse the key=value options that are no training, fine-tuning nor model option (learning_rate), as
     pretrain does: the model config's field list alone (a preset's) or "apply to presets only" (a folder's)
     would mislead."""
-    from lmforge.cli.common import UsageError
+    from lmforge.cli.common import unknown_options
     from lmforge.config import ModelConfig
-    from lmforge.config.names import unknown_message
     from lmforge.tasks.finetune import TaskConfig
     from lmforge.train import TrainConfig
 
     unknown = sorted(set(model) - set(ModelConfig.__dataclass_fields__))
     if unknown:  # suggested from all three (learning_rat lands here)
         known = [name for cls in (TrainConfig, TaskConfig, ModelConfig) for name in cls.__dataclass_fields__]
-        raise UsageError(unknown_message(unknown, known, listed="lmforge options finetune"))
+        raise unknown_options(unknown, known, "lmforge options finetune")
 
 
 def task_data(args, labelled: bool = True) -> tuple:

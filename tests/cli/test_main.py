@@ -78,3 +78,16 @@ def test_a_bad_value_from_a_config_file_names_the_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "steps must be an integer >= 1" in err and "--config" not in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("job", [["pretrain", "--preset", "bert-tiny", "--objective", "mlm"],
+                                 ["finetune", "--builtin", "sentiment", "--model", "bert-tiny"]])
+def test_a_key_given_twice_in_a_config_file_is_one_line_naming_the_file_the_key_and_its_lines(
+        job, tmp_path, capsys):
+    """It said PyYAML's marks: 'in "<unicode string>", line 2, column 1: lr: 0.002 ^'."""
+    config = tmp_path / "run.yaml"
+    config.write_text("lr: 0.001\nsteps: 5\nlr: 0.002\n")
+    assert main([*job, "--out", str(tmp_path / "o"), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unicode" not in err and "^" not in err, err
+    assert err.rstrip().endswith(f"cannot read config file {config}: key 'lr' given twice (lines 1 and 3)")

@@ -34,6 +34,14 @@ def test_a_key_given_twice_is_refused_in_yaml_and_json_but_a_merge_key_overrides
     assert load_yaml("base: &b {lr: 1, steps: 2}\nrun:\n  <<: *b\n  lr: 3\n")["run"] == {"lr": 3, "steps": 2}
 
 
+def test_a_key_given_twice_is_one_line_naming_the_key_and_its_lines():
+    """PyYAML's marks ('in "<unicode string>", line 3, column 1:', the line, a caret) spanned lines."""
+    for text, lines in (("lr: 1\nsteps: 3\nlr: 2\n", "lines 1 and 3"), ('{"lr": 1, "lr": 2}', "line 1")):
+        with pytest.raises(yaml.YAMLError) as err:
+            load_yaml(text)
+        assert str(err.value) == f"key 'lr' given twice ({lines})"
+
+
 def test_aliases_standing_for_too_many_values_or_for_themselves_are_refused():
     levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"] + \
         [f"{n}: &{n} [{', '.join(['*' + p] * 10)}]" for p, n in zip("abcdefgh", "bcdefghi")]

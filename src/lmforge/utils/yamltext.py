@@ -22,17 +22,19 @@ class _Loader(yaml.SafeLoader):
         """The mapping `node` holds; a YAMLError naming a key its own entries give twice (a merge key's
         entries are not its own: `<<: *base` then `lr: 1` overrides base's lr, as YAML means)."""
         if isinstance(node, yaml.MappingNode):
-            seen = set()
+            seen = {}  # key -> the line it is first given on
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue
                 key = self.construct_object(key_node, deep=True)
                 if not isinstance(key, (str, int, float, type(None))):
                     continue  # a list or mapping as a key: SafeConstructor refuses it itself
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice",
-                                                            key_node.start_mark)
-                seen.add(key)
+                line = key_node.start_mark.line + 1
+                if key in seen:  # a plain YAMLError: a ConstructorError's marks said '"<unicode string>",
+                    # line 2, column 1:' and the line again with a caret, over several lines
+                    lines = f"line {line}" if seen[key] == line else f"lines {seen[key]} and {line}"
+                    raise yaml.YAMLError(f"key {key!r} given twice ({lines})")
+                seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 

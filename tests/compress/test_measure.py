@@ -32,3 +32,20 @@ def test_the_batch_timed_is_the_one_reported(tmp_path):
         out = measure_side_by_side({"a": task}, records[:n], {"a": tmp_path / "m"}, rounds=1)
         assert out["a"]["timed_batch"] == timed
         assert forward_title([out["a"]]) == f"forward s (batch {timed})"
+
+
+def test_given_data_names_a_python_record_by_its_place_and_keeps_the_records_own_lines():
+    """records[i] is the record's place in the list, whatever line a built-in record says (its own, from
+    0), in a generator too and under the argument's own name; records that pass keep their lines."""
+    import pytest
+
+    from lmforge.compress.measure import given_data
+    from lmforge.config.options import OptionsError
+    from tests.tasks.core import sentiment
+
+    data = sentiment(40)["train"][:3]
+    for name in ("records", "importance_records"):
+        with pytest.raises(OptionsError, match=rf"^{name}\[3\]: a record is a dict of fields") as err:
+            given_data((row for row in [*data, "good"]), "cls", name)
+        assert err.value.field == name
+    assert [row["line"] for row in given_data(data, "cls")] == [row["line"] for row in data]

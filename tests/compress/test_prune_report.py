@@ -133,8 +133,9 @@ def test_a_record_without_its_fields_and_empty_importance_records_are_refused_na
 
     data = sentiment(40)["train"][:8]
     tiny("bert-base", n_layers=1).save(tmp_path / "m")
-    with pytest.raises(ValueError, match="^data:2: no fields"):
+    with pytest.raises(OptionsError, match=r"^records\[1\]: no fields") as err:
         run_prune(tmp_path / "m", [data[0], {"sentence": "x"}], tmp_path / "out", "ffn", 0.5, "cls")
+    assert err.value.field == "records"
     with pytest.raises(OptionsError, match="^importance_records is empty") as err:
         run_prune(tmp_path / "m", data, tmp_path / "out", "ffn", 0.5, "cls", [])
     assert err.value.field == "importance_records" and not (tmp_path / "out").exists()
@@ -207,3 +208,31 @@ def test_the_command_line_names_its_flags_for_the_same_refusals(tmp_path, capsys
         argv = ["--model", str(tmp_path / model), "--task", "cls", "--method", "ffn", "--sparsity", sparsity]
         assert main(["prune", *argv, "--data", str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "o")]) == 2
         assert capsys.readouterr().err.startswith(f"lmforge prune: error: {said}")
+
+
+def test_a_bad_record_is_named_as_the_caller_gave_it_python_s_by_index_a_file_s_by_line(tmp_path, capsys):
+    """From Python run_prune and run_quantize named a record without its fields `data:1` (field "data"),
+    an argument neither has: now records[i], field records; --data names its file and line, as before."""
+    import json
+
+    from lmforge.cli import main
+    from lmforge.compress.quantize_report import run_quantize
+    from tests.tasks.core import saved_classifier, sentiment
+
+    data = sentiment(40)["train"][:8]
+    saved_classifier(tmp_path / "m", "bert-base", "bert", data, 16)
+    bad = [data[0], data[1], {"sentence": "x"}]  # the built-in records say their own line (0, 1)
+    jobs = {"prune": lambda: run_prune(tmp_path / "m", bad, tmp_path / "out", "ffn", 0.5),
+            "quantize": lambda: run_quantize(tmp_path / "m", tmp_path / "out", bad)}
+    for job in jobs.values():
+        with pytest.raises(OptionsError, match=r"^records\[2\]: no fields 'text', 'label'") as err:
+            job()
+        assert err.value.field == "records" and not (tmp_path / "out").exists()
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bad))
+    flags = {"prune": ["--method", "ffn", "--sparsity", "0.5"], "quantize": []}
+    for command, more in flags.items():
+        argv = [command, "--model", str(tmp_path / "m"), *more, "--data", str(tmp_path / "d.jsonl")]
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+        said = capsys.readouterr().err
+        assert said.startswith(f"lmforge {command}: error: {tmp_path / 'd.jsonl'}:3: no columns 'text'")
+        assert not (tmp_path / "out").exists()

@@ -127,7 +127,7 @@ def _given(model_dir, kind, records, importance_records) -> tuple:
     kind = saved_kind(model_dir, kind)
     imp = importance_records
     if imp is not None:
-        imp = given_data(imp, kind, "importance_records", "importance data")
+        imp = given_data(imp, kind, "importance_records")
     return given_data(records, kind), imp
 
 

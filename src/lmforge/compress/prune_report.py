@@ -152,7 +152,7 @@ def run_prune(model_dir, records: list, out, method: str, sparsity: float, kind:
     kind = saved_kind(model_dir, kind)
     records = given_data(records, kind)  # before any work, as --data is read
     if importance_records is not None:  # [] would rank on records, unsaid
-        importance_records = given_data(importance_records, kind, "importance_records", "importance data")
+        importance_records = given_data(importance_records, kind, "importance_records")
     task = fine_tuned_task(model_dir, records, kind)
     refuse_quantised(task.model)
     found = plan(task.model, method, sparsity)

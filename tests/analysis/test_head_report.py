@@ -107,7 +107,7 @@ def test_an_out_that_holds_the_model_read_is_refused_before_any_work(tmp_path):
 
 @pytest.mark.parametrize("records, importance, said", [
     ("good", None, "^records must be a list"), ([], None, "^records is empty"),
-    ([{"text": "good"}], None, r"^records\[0\]: "), (["good"], None, r"^records\[0\]: a record is a dict"),
+    ([{"text": "good"}], None, "^records:1: "), (["good"], None, "^records:1: a record is a dict"),
     ([{"text": "good", "label": "pos"}], [], "^importance_records is empty")])
 def test_bad_records_are_refused_before_the_model_is_loaded(fine_tuned, tmp_path, monkeypatch, records,
                                                              importance, said):

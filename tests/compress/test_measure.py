@@ -34,9 +34,9 @@ def test_the_batch_timed_is_the_one_reported(tmp_path):
         assert forward_title([out["a"]]) == f"forward s (batch {timed})"
 
 
-def test_given_data_names_a_python_record_by_its_place_and_keeps_the_records_own_lines():
-    """records[i] is the record's place in the list, whatever line a built-in record says (its own, from
-    0), in a generator too and under the argument's own name; records that pass keep their lines."""
+def test_given_data_names_a_python_record_by_its_argument_and_keeps_the_records_own_lines():
+    """A Python record is named by the argument it came in, as fine-tuning's train:n (its number from 1
+    where it says no line of its own), in a generator too; records that pass keep their lines."""
     import pytest
 
     from lmforge.compress.measure import given_data
@@ -45,7 +45,7 @@ def test_given_data_names_a_python_record_by_its_place_and_keeps_the_records_own
 
     data = sentiment(40)["train"][:3]
     for name in ("records", "importance_records"):
-        with pytest.raises(OptionsError, match=rf"^{name}\[3\]: a record is a dict of fields") as err:
+        with pytest.raises(OptionsError, match=rf"^{name}:4: a record is a dict of fields") as err:
             given_data((row for row in [*data, "good"]), "cls", name)
         assert err.value.field == name
     assert [row["line"] for row in given_data(data, "cls")] == [row["line"] for row in data]

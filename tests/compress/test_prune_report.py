@@ -133,7 +133,7 @@ def test_a_record_without_its_fields_and_empty_importance_records_are_refused_na
 
     data = sentiment(40)["train"][:8]
     tiny("bert-base", n_layers=1).save(tmp_path / "m")
-    with pytest.raises(OptionsError, match=r"^records\[1\]: no fields") as err:
+    with pytest.raises(OptionsError, match="^records:2: no fields") as err:
         run_prune(tmp_path / "m", [data[0], {"sentence": "x"}], tmp_path / "out", "ffn", 0.5, "cls")
     assert err.value.field == "records"
     with pytest.raises(OptionsError, match="^importance_records is empty") as err:
@@ -210,9 +210,9 @@ def test_the_command_line_names_its_flags_for_the_same_refusals(tmp_path, capsys
         assert capsys.readouterr().err.startswith(f"lmforge prune: error: {said}")
 
 
-def test_a_bad_record_is_named_as_the_caller_gave_it_python_s_by_index_a_file_s_by_line(tmp_path, capsys):
+def test_a_bad_record_is_named_as_the_caller_gave_it_python_s_by_number_a_file_s_by_line(tmp_path, capsys):
     """From Python run_prune and run_quantize named a record without its fields `data:1` (field "data"),
-    an argument neither has: now records[i], field records; --data names its file and line, as before."""
+    an argument neither has: now records:n, field records; --data names its file and line, as before."""
     import json
 
     from lmforge.cli import main
@@ -225,7 +225,7 @@ def test_a_bad_record_is_named_as_the_caller_gave_it_python_s_by_index_a_file_s_
     jobs = {"prune": lambda: run_prune(tmp_path / "m", bad, tmp_path / "out", "ffn", 0.5),
             "quantize": lambda: run_quantize(tmp_path / "m", tmp_path / "out", bad)}
     for job in jobs.values():
-        with pytest.raises(OptionsError, match=r"^records\[2\]: no fields 'text', 'label'") as err:
+        with pytest.raises(OptionsError, match="^records:3: no fields 'text', 'label'") as err:
             job()
         assert err.value.field == "records" and not (tmp_path / "out").exists()
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bad))

@@ -3,14 +3,13 @@ on disk, the task metric and forward time, with the models timed side by side in
 (rounds alternate A B A B ... on the same batch, so load from elsewhere hits both alike)."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from lmforge.config.options import OptionsError
 from lmforge.fast.optimize import optimize
 from lmforge.io import model_dir as resolve_dir
-from lmforge.tasks.fields import Records, given_records, record_list
+from lmforge.tasks.fields import given_records
 from lmforge.tasks.finetune import encode_split
 from lmforge.utils.timing import alternating
 
@@ -29,35 +28,15 @@ def given_data(records, kind: str | None, name: str = "records") -> list:
     --data file is read: an OptionsError naming `name` where they are no list of records or none at all
     (a job trained, pruned or wrote its model before a TypeError); each record's fields checked as a file's
     are (tasks.fields.given_records) where the task `kind` is known. A record is named as the caller gave
-    it: a file's (--data) by its file and line, a Python list's as name[i], and a later error (when
-    encoded) names the argument `name`."""
+    it: a file's (--data) by its file and line, a Python list's as `name`:n (its own line, else its number
+    from 1, as fine-tuning's train:n), and a later error (when encoded) names the argument `name`."""
     if records is None or isinstance(records, (str, bytes, dict)) or not isinstance(records, Iterable):
         raise OptionsError(f"{name} must be a list of labelled records (dicts of fields), got "
                            f"{type(records).__name__}", name)
-    if not (isinstance(records, Records) and records.source):  # given in Python, not read from a file
-        records = record_list(records, name)
-        _check_each(records, kind, name)
     records = given_records(records, kind, name)
     if not records:
         raise OptionsError(f"{name} is empty: give the labelled records to score on", name)
     return records
-
-
-def _check_each(records: list, kind: str | None, name: str) -> None:
-    """given_records' checks of Python records, refused as name[i] (their place in the list): checked
-    without a line of their own (a built-in task's record keeps one), so that given_records' "name:n"
-    is the n-th record."""
-    plain = [{k: v for k, v in row.items() if k != "line"} if isinstance(row, dict) else row
-             for row in records]
-    try:
-        given_records(plain, kind, name)
-    except OptionsError as err:
-        said = str(err)
-        found = re.match(rf"{re.escape(name)}:(\d+)(?=[: ])", said)
-        if found is None:
-            raise
-        where = f"{name}[{int(found.group(1)) - 1}]"
-        raise OptionsError(where + said[found.end():], name) from None
 
 
 def side_by_side(tasks: dict, batches: dict, rounds: int = 9) -> dict:

@@ -63,3 +63,19 @@ def test_a_refusal_of_the_checkpoint_s_settings_does_not_say_the_server_s_paths(
         error = client.post("/generate", json={"model": "gen", "prompt": "the old fox"}).json()["error"]
     assert error["code"] == 422 and "generation_config.json" in error["message"]
     assert str(tmp_path) not in error["message"] and "the served model's" in error["message"]
+
+
+def test_a_reply_not_streamed_and_without_stops_is_decoded_once_not_at_every_step(local, monkeypatch):
+    """Nothing is shown per step where the reply is not streamed: with no stop string to seek, its text is
+    decoded once at the end (generate_until_stop's fast path), not token by token through the streamer."""
+    from lmforge.generate.text import Continuation
+
+    body = {"model": "gen", "prompt": "the old fox", "max_new_tokens": 8, "temperature": 0}
+    before = local.post("/generate", json=body).json()
+    pushes = []
+    push = Continuation.push
+    monkeypatch.setattr(Continuation, "push", lambda self, token: pushes.append(token) or push(self, token))
+    reply = local.post("/generate", json=body).json()
+    assert pushes == [] and reply["text"] == before["text"] and reply["token_ids"] == before["token_ids"]
+    streamed = local.post("/generate", json={**body, "stream": True})
+    assert len(pushes) == len(reply["token_ids"]) and streamed.status_code == 200

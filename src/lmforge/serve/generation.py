@@ -99,10 +99,11 @@ def run(served, payload: dict, emit: Callable) -> dict:
     context = [] if model.config.architecture == "encoder-decoder" else payload["ids"]  # the new text's join
     tail = TextTail(tokenizer, settings.stop, context)
     generator, seed = _generator(settings, options)
+    # a reply not streamed shows nothing per step: without stop strings its text is decoded once, at the end
+    show = (lambda text, token_ids: emit({"text": text, "token_ids": token_ids})) if settings.stream else None
     try:
         new = generate_until_stop(model, ids, tail, options=options, prefix_lm=settings.prefix_lm,
-                                  generator=generator,
-                                  show=lambda text, token_ids: emit({"text": text, "token_ids": token_ids}))
+                                  generator=generator, show=show)
     except OptionsError as err:  # a setting this model cannot serve (its vocabulary, its context)
         raise settings.refusal(err) from None
     reason = _finish(new, options.eos_token_id, tail.stopped, options.max_new_tokens)

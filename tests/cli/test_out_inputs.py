@@ -161,3 +161,15 @@ def test_an_out_holding_a_retrieval_input_is_refused_naming_the_flags(tmp_path, 
     line = cli_verdict([*argv, "--model", str(model), "--passages", str(passages), "--out", str(out)], {})
     assert line is not None and f": error: --out {out} holds the input --model {model}: " in line, line
     assert sorted(p.name for p in out.iterdir()) == ["enc"]  # nothing written
+
+
+def test_refuse_nested_reads_the_inputs_on_disk_by_the_rule_jobs_use(tmp_path, monkeypatch):
+    """An empty name is nothing on disk (utils.apart.on_disk), not the working folder that holds --out: it
+    was read as Path(""), which exists; a real folder holding --out is still refused."""
+    from lmforge.cli.common import UsageError, refuse_nested
+
+    monkeypatch.chdir(tmp_path)
+    refuse_nested("out", ("--data", ""), ("--passages", ["", "missing.txt"]))
+    (tmp_path / "corpus").mkdir()
+    with pytest.raises(UsageError, match="lies inside the input folder --data corpus"):
+        refuse_nested("corpus/out", ("--data", ["", "corpus"]))

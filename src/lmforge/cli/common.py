@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from lmforge.config.names import close_names, unknown_message
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS, TrainConfig, check_ranks
-from lmforge.utils.apart import refuse_writing_over
+from lmforge.utils.apart import on_disk, refuse_writing_over
 from lmforge.utils.atomic import blocking_parent, overlap
 from lmforge.utils.yamltext import load_yaml
 
@@ -301,13 +300,8 @@ MODEL_FOLDER_FLAGS = ("--model", "--tokenizer", "--teacher", "--retriever", "--g
 
 def _on_disk(inputs) -> list:
     """(flag, path as given, resolved path) of each input on disk, of (flag, path or paths or None) pairs:
-    a preset, "builtin" or a missing file is nothing on disk to write over or into."""
-    found = []
-    for flag, given in inputs:
-        for source in [given] if isinstance(given, (str, os.PathLike)) else list(given or []):
-            if Path(source).exists():
-                found.append((flag, source, Path(source).resolve()))
-    return found
+    a preset, "builtin", an empty name or a missing file is nothing on disk (utils.apart.on_disk's rule)."""
+    return [(flag, source, Path(source).resolve()) for flag, given in inputs for source in on_disk(given)]
 
 
 def refuse_nested(out, *inputs, option: str = "--out",

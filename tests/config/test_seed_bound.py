@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from lmforge.cli.common import SEED
 from lmforge.cli.flag_types import bounded
-from lmforge.config.options import MAX_SEED, OptionsError
+from lmforge.config.options import MAX_SEED, OptionsError, checked_seed
 from lmforge.data.synthetic import built_in_counts
 from lmforge.serve.generation_schemas import GenerateRequest
 from lmforge.train.config import TrainConfig
@@ -18,7 +18,7 @@ def test_the_top_seed_is_taken_by_every_face():
     assert bounded(int, *SEED)(str(MAX_SEED)) == MAX_SEED
     assert TrainConfig(seed=MAX_SEED).seed == MAX_SEED
     assert GenerateRequest(prompt="a", seed=MAX_SEED).seed == MAX_SEED
-    assert built_in_counts(4, MAX_SEED) == (4, MAX_SEED)
+    assert built_in_counts(4, MAX_SEED) == (4, MAX_SEED) and checked_seed(MAX_SEED) == MAX_SEED
 
 
 def test_one_past_the_top_seed_is_refused_by_every_face():
@@ -31,3 +31,5 @@ def test_one_past_the_top_seed_is_refused_by_every_face():
         GenerateRequest(prompt="a", seed=MAX_SEED + 1)
     with pytest.raises(OptionsError, match="seed"):
         built_in_counts(4, MAX_SEED + 1)
+    with pytest.raises(OptionsError, match="seed"):
+        checked_seed(MAX_SEED + 1)  # lmforge.generate's seed= and the streamed data's

@@ -58,7 +58,7 @@ def split_options(pairs: dict) -> tuple:
             {k: v for k, v in pairs.items() if k not in train_keys | task_keys})
 
 
-def refuse_unknown(model: dict) -> None:
+def refuse_unknown_keys(model: dict) -> None:
     """Refuse the key=value options that are no training, fine-tuning nor model option (learning_rate), as
     pretrain does: the model config's field list alone (a preset's) or "apply to presets only" (a folder's)
     would mislead."""
@@ -166,7 +166,7 @@ def cmd_finetune(args) -> None:
 
     # the options first, as distill and prune check theirs: a bad one costs no file look-up
     train, task, model = split_options({**read_config_file(args.config), **parse_overrides(args.overrides)})
-    refuse_unknown(model)
+    refuse_unknown_keys(model)
     train, task = train_config(args, train), TaskConfig.from_dict(task)
     args.seed = train.seed  # the run's: it splits a built-in task, inits a preset
     refuse_overwrite(args.out, ("--train", args.train), ("--valid", args.valid), ("--model", args.model),

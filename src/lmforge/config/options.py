@@ -198,6 +198,12 @@ def checked_argument(name: str, kind: str, meta: dict, value, error=OptionsError
     return value
 
 
+def checked_seed(seed) -> int:
+    """A seed given to a function (the built-in data's, lmforge.generate's), read and bounded as a run's
+    seed field is (0 to MAX_SEED); an OptionsError naming seed."""
+    return checked_argument("seed", "int", {"low": 0, "high": MAX_SEED}, seed)
+
+
 def checked_as(cls, field: str, value, name: str | None = None, error=OptionsError):
     """`value` read and checked (checked_argument) as the options class `cls` declares its `field`, named
     `name` (default: the field): a function's argument bounded as another object's field is (evaluate's

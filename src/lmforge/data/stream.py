@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmforge.config.options import MAX_SEED, checked_argument
+from lmforge.config.options import checked_argument, checked_seed
 from lmforge.data.corpus import is_shard_dir
 from lmforge.data.examples import (blocks, nsp_pairs, pack_sentences, pair_from_plan, plan_nsp,
                                    plan_sentence_nsp, plan_sop, plan_sso, sentence_budget, sentence_nsp_pairs,
@@ -125,7 +125,7 @@ class ShardCorpus:
 
     def split(self, valid_fraction: float = 0.05, seed: int = 0) -> tuple:
         """(train ids, validation ids): disjoint, by document, the same for the same seed."""
-        seed = checked_argument("seed", "int", {"low": 0, "high": MAX_SEED}, seed)
+        seed = checked_seed(seed)
         valid_fraction = checked_argument("valid_fraction", "float", {"low": 0, "high": 1, "open_high": True},
                                           valid_fraction)
         n = len(self)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from lmforge.config.options import MAX_SEED, checked_argument
+from lmforge.config.options import checked_argument, checked_seed
 from lmforge.data.world import World
 from lmforge.utils.atomic import atomic_write
 
@@ -98,7 +98,7 @@ def built_in_counts(n, seed, most: int | None = None) -> tuple:
     all held at once) and a seed of TrainConfig's range; an OptionsError naming either (True is no count,
     and random takes no float)."""
     return (checked_argument("n", "int", {"low": 0, "high": most}, n),
-            checked_argument("seed", "int", {"low": 0, "high": MAX_SEED}, seed))
+            checked_seed(seed))
 
 
 def documents(n: int, seed: int = 0, world: World | None = None):

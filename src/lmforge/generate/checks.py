@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from lmforge.config.options import MAX_SEED, OptionsError, checked_argument
+from lmforge.config.options import OptionsError, checked_seed
 from lmforge.generate.call_options import checked_call_value
 from lmforge.generate.options import MAX_SEQUENCES, OFF, GenerationOptions, GenerationWarning
 from lmforge.model import EncoderDecoder, Transformer
@@ -44,7 +44,7 @@ def seeded(model, seed, generator):
     if generator is not None:  # two sources of the draws: which one was meant is not known
         raise OptionsError("seed and generator were both given: give one (seed=N seeds a generator as "
                            "`lmforge generate --seed N` does)", "seed")
-    seed = checked_argument("seed", "int", {"low": 0, "high": MAX_SEED}, seed)
+    seed = checked_seed(seed)
     return torch.Generator(device=model.tokens.weight.device).manual_seed(seed)
 
 

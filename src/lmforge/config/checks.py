@@ -3,7 +3,7 @@ rotary scaling, pruned heads, FFN sizes, quantization and attention patterns. Ea
 choices are its declaration's (check_options). No import of config/model.py, which imports this."""
 from __future__ import annotations
 
-from lmforge.config.options import OptionsError
+from lmforge.config.options import OptionsError, short_repr
 
 MAX_WIDTH = 2 ** 16  # a width's bound: d_model, a head's, the character CNN's filters in all
 
@@ -132,10 +132,10 @@ def validate_quantization(cfg) -> None:
     """quantization is null or a mapping whose "mode" is one of QUANTIZATION_MODES."""
     q, modes = cfg.quantization, " or ".join(QUANTIZATION_MODES)
     if q is not None and not isinstance(q, dict):
-        raise ConfigError(f"quantization={_short(q)} must be null or a mapping with \"mode\": {modes}",
+        raise ConfigError(f"quantization={short_repr(q)} must be null or a mapping with \"mode\": {modes}",
                           "quantization")
     if q is not None and q.get("mode") not in QUANTIZATION_MODES:  # the bad value, not the whole mapping
-        raise ConfigError(f"quantization mode {_short(q.get('mode'))} is not {modes}", "quantization")
+        raise ConfigError(f"quantization mode {short_repr(q.get('mode'))} is not {modes}", "quantization")
     smoothing = (q or {}).get("smoothing")
     if smoothing is not None:
         layers = smoothing.get("layers") if isinstance(smoothing, dict) else None
@@ -143,14 +143,8 @@ def validate_quantization(cfg) -> None:
         if q["mode"] != "dynamic":
             raise ConfigError(f"quantization.smoothing is for mode dynamic, not {q['mode']}", "quantization")
         if not names:
-            raise ConfigError(f"quantization.smoothing.layers={_short(layers)} must list Linear names",
+            raise ConfigError(f"quantization.smoothing.layers={short_repr(layers)} must list Linear names",
                               "quantization")
-
-
-def _short(value) -> str:
-    """repr of a value, cut to 60 characters with an ellipsis where longer."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def pattern_set(cfg) -> set:

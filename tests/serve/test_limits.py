@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lmforge.pipelines.embed import SentenceEncoder
+from lmforge.serve.limits import MAX_TOKEN_CHARS, read_heads, text_head
 from tests.serve.test_routes import metric, texts_of_mixed_length
 
 
@@ -193,3 +194,19 @@ def test_an_error_echoing_a_huge_value_is_bounded_head_and_tail(local, path, bod
     assert "characters left out" in error["message"] or path == "/generate"
     assert error["message"].startswith(("model 'xxx", "early_stopping", "xxx"))
     assert answer.status_code == 422 or error["message"].endswith("(served: enc, gen)")  # the tail kept
+
+
+def test_read_heads_reads_a_few_token_head_whole_in_one_count():
+    calls = []
+
+    async def count(texts):  # one token a word, plus a pair's one query token
+        calls.append(list(texts))
+        return [len(t.split()) + 1 for t in texts]
+
+    room = 2 * MAX_TOKEN_CHARS
+    many, blank, long_word = "x " * 200, " " * 300 + "a b c", "y" * 300 + " z"
+    texts = ["a b", many, blank, long_word]
+    heads, counts = asyncio.run(read_heads(count, texts, 2, taken=1))
+    assert heads == ["a b", text_head(many, room), blank, long_word]
+    assert counts == [3, MAX_TOKEN_CHARS + 1, 4, 3]
+    assert calls[1:] == [[blank, long_word]]  # the whole texts: one more call, not one a text

@@ -86,6 +86,24 @@ def text_head(text: str, room: int) -> str:
     return head.rstrip()
 
 
+async def read_heads(count, texts: list, tokens: int, taken: int = 0, size=int) -> tuple:
+    """(heads, counts): each text as far as `tokens` tokens read it and `await count(heads)`'s count of it.
+
+    A text longer than tokens x MAX_TOKEN_CHARS characters is read to its text_head of that many (no token
+    spans more: the rest is never read), unless the head holds no more than `tokens` tokens (mostly
+    whitespace, long words): then the whole text decides, all such texts counted in one call of `count`.
+    `taken`: tokens of each count besides the text's (a pair's query); `size`: a count's tokens (len of
+    a tokenizer's offsets). `count` keeps tokenising off the event loop (a thread, the front tokenizer)."""
+    room = tokens * MAX_TOKEN_CHARS
+    heads = [text_head(t, room) for t in texts]
+    counts = list(await count(heads))
+    whole = [i for i, t in enumerate(texts) if len(t) > room and size(counts[i]) - taken <= tokens]
+    if whole:
+        for i, n in zip(whole, await count([texts[i] for i in whole])):
+            heads[i], counts[i] = texts[i], n
+    return heads, counts
+
+
 MAX_MESSAGE, MAX_PARAM = 1000, 200  # characters of an error's message and param (longer: cut in the middle)
 ECHO = 40  # characters of a client's value (a number, a name, a key) that a refusal repeats, about
 

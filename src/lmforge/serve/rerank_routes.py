@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, create_model
 from lmforge.pipelines.rerank import RerankQueryOptions, order
 from lmforge.serve import job_kinds
 from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, check_count, check_text, fit_lengths,
-                                  text_head, too_large)
+                                  read_heads, text_head, too_large)
 from lmforge.serve.option_schemas import options_fields
 from lmforge.serve.routes import ERRORS, build_options, count_tokens, split
 from lmforge.serve.schemas import EXACT, MODEL_FIELD, SOME, JSONBody
@@ -98,13 +98,11 @@ async def _query_head(served, query: str, limit: int) -> tuple:
     tokenized the whole head, limit x 128 characters: 1,024 documents and a 64 KB query took 39 s of the
     server's tokenizer before the 413 for max_request_tokens. Its first limit x 128 characters are read
     first; where they hold no more than `limit` tokens (mostly whitespace) the whole query decides."""
-    def spans(text: str) -> list:
-        return served.front.encode(text, None, False).offsets
+    def spans(texts: list) -> list:
+        return [served.front.encode(text, None, False).offsets for text in texts]
 
-    head = text_head(query, limit * MAX_TOKEN_CHARS)  # ends at a whole word: a cut one made more tokens
-    found = await anyio.to_thread.run_sync(spans, head)
-    if len(found) <= limit and len(head) < len(query):
-        head, found = query, await anyio.to_thread.run_sync(spans, query)
+    (head,), (found,) = await read_heads(lambda some: anyio.to_thread.run_sync(spans, some), [query], limit,
+                                         size=len)
     if len(found) > limit:  # whole words again: its tokens are those of the query's that end in it
         head = text_head(head, found[limit - 1][1] + MAX_TOKEN_CHARS)
         found = [span for span in found if span[1] <= len(head)]
@@ -115,17 +113,10 @@ async def _pair_lengths(server, served, query: str, documents: list, truncate: b
     """(documents cut to what the model can read, each pair's tokens within max_len, each pair's whole
     count)."""
     limit = served.task.max_len
-    room = limit * MAX_TOKEN_CHARS  # no token spans more characters: the rest of a longer text is never read
     query, taken = await _query_head(served, query, limit)
     taken += served.front.backend.num_special_tokens_to_add(True)  # a pair's tokens besides the document's
-    heads = [text_head(d, room) for d in documents]  # ends at a whole word: a cut one made more tokens
-    counts = await count_tokens(server, served, [query] * len(heads), heads)
-    # a head of few tokens (mostly whitespace): the whole document decides, as clip's texts; counted at once
-    whole = [i for i, d in enumerate(documents) if len(d) > room and counts[i] - taken <= limit]
-    if whole:
-        found = await count_tokens(server, served, [query] * len(whole), [documents[i] for i in whole])
-        for i, n in zip(whole, found):
-            heads[i], counts[i] = documents[i], n
+    heads, counts = await read_heads(lambda some: count_tokens(server, served, [query] * len(some), some),
+                                     documents, limit, taken)
     try:
         lengths = fit_lengths(counts, limit, truncate, server.limits)
     except RequestError as err:

@@ -21,9 +21,8 @@ from lmforge.config.options import OptionsError
 from lmforge.pipelines.embed_options import EmbedOptions, prompt_of
 from lmforge.pipelines.fill_mask import MASK_SPELLINGS, SENTINEL, check_fill, with_mask
 from lmforge.serve import option_schemas, schemas
-from lmforge.serve.limits import (MAX_TOKEN_CHARS, RequestError, TextBound, bounded_ids, check_count,
-                                  check_request_tokens, check_text, echoed, fit_lengths, text_bound,
-                                  text_head, too_large)
+from lmforge.serve.limits import (RequestError, TextBound, bounded_ids, check_count, check_request_tokens,
+                                  check_text, echoed, fit_lengths, read_heads, text_bound, too_large)
 from lmforge.serve.records import as_records, choice_tokens, record_texts, record_tokens
 from lmforge.serve.schemas import JSONBody
 
@@ -68,19 +67,13 @@ def split(items: list, lengths: list, limits) -> list:
 async def clip(server, served, texts: list, truncate: bool, limit=None) -> tuple:
     """(texts, token counts), a text far longer than the model reads cut before it is tokenised:
     its first MAX_TOKEN_CHARS x `limit` characters (tokens, default the model's max_tokens, or a TextBound
-    that names them, less a word cut at the end: limits.text_head) already hold more tokens than that (the
+    that names them, less a word cut at the end: limits.read_heads) already hold more tokens than that (the
     same first tokens: pre-tokenisers split locally), so the rest is never read; without `truncate` it is a
     413 at once."""
     bound = text_bound(limit or served.max_tokens)
-    room = bound.tokens * MAX_TOKEN_CHARS
-    heads = [text_head(t, room) for t in texts]
-    counts = await count_tokens(server, served, heads)
+    heads, counts = await read_heads(lambda some: count_tokens(server, served, some), texts, bound.tokens)
     for i, text in enumerate(texts):
-        if len(text) <= room:
-            continue
-        if counts[i] <= bound.tokens:  # mostly whitespace: the whole text decides
-            heads[i], (counts[i],) = text, await count_tokens(server, served, [text])
-        elif not truncate:
+        if len(heads[i]) < len(text) and not truncate:  # a head of more than bound.tokens tokens
             raise bound.refuse(i, f"more than {counts[i]} tokens (its first {len(heads[i])} of {len(text)} "
                                   "characters)")
     return heads, counts

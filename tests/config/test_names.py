@@ -9,7 +9,7 @@ import pytest
 import lmforge
 from lmforge.cli import main
 from lmforge.config import ConfigError, ModelConfig, OptionsError
-from lmforge.config.names import close_names, unknown_message
+from lmforge.config.names import close_names, known_names, unknown_among, unknown_message
 from lmforge.train import TrainConfig
 
 
@@ -90,3 +90,16 @@ def test_generation_s_max_length_suggests_max_new_tokens_not_the_opposite_bound(
     with pytest.raises(OptionsError) as err:
         GenerationOptions.build(None, {"max_length": 20})
     assert str(err.value).startswith("unknown generation option max_length; did you mean max_new_tokens")
+
+
+def test_a_job_s_unknown_option_is_said_from_its_classes_and_listed_where_its_main_class_is():
+    """One call derives the known names (the classes' fields, extra names, less those set elsewhere) and
+    where they are listed, so no command writes "lmforge options KIND" or the field list by hand."""
+    from lmforge.tasks.finetune import TaskConfig
+
+    assert unknown_among(["stpes"], (TaskConfig, TrainConfig)) == (
+        "unknown option stpes; did you mean steps? (all: lmforge options finetune)")
+    assert unknown_among(["max_lenn"], (TrainConfig,), ["max_len"], "lmforge options distill").endswith(
+        "did you mean max_len? (all: lmforge options distill)")
+    assert "max_len" in known_names((TrainConfig,), ["max_len"])
+    assert "seed" not in known_names((TaskConfig, TrainConfig), without={"seed"})

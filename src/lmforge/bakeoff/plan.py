@@ -37,7 +37,7 @@ from lmforge.bakeoff.shipped import plan_file
 from lmforge.bakeoff.plan_reads import (check_arm_counted, check_arm_reads, check_corpus_files,
                                         check_finetune_reads, check_task_reads)
 from lmforge.config.model import MAX_VOCAB
-from lmforge.config.names import unknown_message
+from lmforge.config.names import known_names, listed_at, unknown_message
 from lmforge.config.options import OptionsError, check_value
 from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.tasks.formats import BUILTIN_SIZE
@@ -332,10 +332,10 @@ def _check_recipes(pretrain: dict, finetune: dict, arms: tuple, source: str) -> 
         _built(TrainConfig.from_dict, merged, where)
     if "seed" in finetune:
         _fail(f"{source}: finetune.seed", "is set by the plan (seeds), not here")
-    known = {f.name for cls in (TrainConfig, TaskConfig) for f in dataclasses.fields(cls)} - {"seed"}
+    known = known_names((TaskConfig, TrainConfig), without={"seed"})
     unknown = sorted(set(finetune) - known)  # said here: TrainConfig alone would list only its own keys
     if unknown:
-        _fail(f"{source}: finetune", unknown_message(unknown, known, listed="lmforge options finetune"))
+        _fail(f"{source}: finetune", unknown_message(unknown, known, listed=listed_at(TaskConfig)))
     train, task = split_finetune(finetune)
     _built(TrainConfig.from_dict, train, f"{source}: finetune")
     _built(TaskConfig.from_dict, task, f"{source}: finetune")

@@ -12,7 +12,7 @@ import yaml
 from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ModelConfig
 from lmforge.config.options import MAX_SEED
-from lmforge.config.names import close_names, unknown_message
+from lmforge.config.names import close_names, unknown_among
 from lmforge.io import load as load_model
 from lmforge.presets import PRESETS, get_config
 from lmforge.train.config import MAX_STEPS, TrainConfig, check_ranks
@@ -225,12 +225,12 @@ def read_config_file(path: str | None) -> dict:
     return data
 
 
-def unknown_options(unknown, known, listed: str) -> UsageError:
-    """The UsageError for key=value / --config keys `unknown` that are none of a command's options `known`
-    (unknown_message's line, `listed`: where they all are); its .field the first of them, so main's
+def unknown_options(unknown, classes, extra=(), listed: str = "") -> UsageError:
+    """The UsageError for key=value / --config keys `unknown` that are no field of a command's options
+    `classes` nor one of `extra` (config.names.unknown_among's line); its .field the first of them, so main's
     config_source ends the line with "(from --config FILE)" where that key came from the file."""
     names = sorted(map(str, unknown))
-    return UsageError(unknown_message(names, known, listed=listed), names[0] if names else None)
+    return UsageError(unknown_among(names, classes, extra, listed), names[0] if names else None)
 
 
 def resolve_config(name: str, overrides: dict) -> ModelConfig:

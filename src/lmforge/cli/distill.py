@@ -77,7 +77,7 @@ def _option_keys(options: dict) -> tuple:
     loss_keys, train_keys = set(LOSS), {f.name for f in fields(TrainConfig)}
     unknown = sorted(set(options) - loss_keys - train_keys)
     if unknown:
-        raise unknown_options(unknown, loss_keys | train_keys, "lmforge options distill")
+        raise unknown_options(unknown, (TrainConfig,), LOSS, "lmforge options distill")
     return loss_keys, train_keys
 
 

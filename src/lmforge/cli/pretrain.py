@@ -83,8 +83,7 @@ def cmd_pretrain(args) -> None:
     recipe = recipe_options(args, model)
     unknown = sorted(set(model) - {f.name for f in dataclasses.fields(ModelConfig)})
     if unknown:  # neither a training, a recipe nor a model option: suggested from all three
-        known = [f.name for cls in (TrainConfig, RecipeOptions, ModelConfig) for f in dataclasses.fields(cls)]
-        raise unknown_options(unknown, known, "lmforge options pretrain")
+        raise unknown_options(unknown, (TrainConfig, RecipeOptions, ModelConfig))
     if (args.model is not None or args.teacher is not None) and model:
         given = "--model DIR is pretrained further" if args.model else "the student is the teacher's"
         raise UsageError(f"unknown option(s) {sorted(model)} (model config fields apply to --preset only; "

@@ -93,8 +93,6 @@ def sparse_options(args, given: dict):
 def _sparse_configs(args) -> tuple:
     """(TrainConfig, TaskConfig, SparseConfig) of magnitude / movement's --config, key=value and flags (a flag
     wins), checked before any file but --config is looked at."""
-    from dataclasses import fields
-
     from lmforge.cli.common import (UsageError, parse_overrides, read_config_file, train_config,
                                     unknown_options)
     from lmforge.cli.tasks import split_options
@@ -108,8 +106,7 @@ def _sparse_configs(args) -> tuple:
     train_opts, task_opts, rest = split_options(given)
     sparse_opts = {k: rest.pop(k) for k in list(rest) if k in SCHEDULE}
     if rest:  # neither a training, a fine-tuning nor a schedule option: suggested from all three
-        known = [f.name for cls in (TrainConfig, TaskConfig) for f in fields(cls)] + list(SCHEDULE)
-        raise unknown_options(rest, known, "lmforge options prune")
+        raise unknown_options(rest, (TrainConfig, TaskConfig), SCHEDULE, "lmforge options prune")
     sparse_cfg = sparse_options(args, sparse_opts)
     return train_config(args, train_opts), TaskConfig.from_dict(task_opts), sparse_cfg
 

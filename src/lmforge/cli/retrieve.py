@@ -52,7 +52,7 @@ def _options(args) -> tuple:
     train_keys, enc_keys = {f.name for f in fields(TrainConfig)}, {f.name for f in fields(EncoderOptions)}
     unknown = sorted(set(options) - train_keys - enc_keys)
     if unknown:
-        raise unknown_options(unknown, train_keys | enc_keys, "lmforge options retrieve")
+        raise unknown_options(unknown, (EncoderOptions, TrainConfig))
     return ({k: v for k, v in options.items() if k in train_keys},
             {k: checked_as(EncoderOptions, k, v) for k, v in options.items() if k in enc_keys})
 

@@ -4,6 +4,7 @@ known names closest to it (difflib) and where the whole list is, never every kno
 run to over a thousand characters on one line, with no word of the n_layers meant by n_layer)."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 
 from lmforge.utils.errors import OptionsError
@@ -79,3 +80,18 @@ def refuse_unknown(given, known, what: str = "", error=OptionsError, listed: str
     unknown = sorted(str(k) for k in given if str(k) not in names)
     if unknown:
         raise error(unknown_message(unknown, known, f"{what} {noun}" if what else noun, listed), unknown[0])
+
+
+def known_names(classes, extra=(), without=()) -> set:
+    """The names a job takes: the fields of its options dataclasses `classes` and the names `extra`, less
+    those of `without` (set by someone else: a plan's seeds)."""
+    known = {f.name for cls in classes for f in dataclasses.fields(cls)} | set(map(str, extra))
+    return known - set(without)
+
+
+def unknown_among(unknown, classes, extra=(), listed: str = "", without=()) -> str:
+    """unknown_message's line for the names `unknown` that are none of known_names(classes, extra,
+    without); the whole list is at `listed`, else at the first class's listed_at (a job's main options:
+    (TaskConfig, TrainConfig, ModelConfig)'s is "lmforge options finetune")."""
+    known = known_names(classes, extra, without)
+    return unknown_message(unknown, known, listed=listed or listed_at(classes[0]))

@@ -274,3 +274,18 @@ def local(model_dirs):
     app = create_app({name: load_served(name, model_dirs[name]) for name in ("enc", "gen")}, threads=1)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def tiny_embedder(tmp_path_factory):
+    """(model directory, a TestClient of the app in this process serving it as "embed"): a seeded tiny BERT
+    of 32 positions, for tests that compare the server's answers with the Python API's on one model."""
+    from fastapi.testclient import TestClient
+
+    from lmforge.serve import create_app, load_served
+
+    tokenizer = _tokenizer("bert")
+    path = _save(_tiny("bert-base", tokenizer, 7, max_seq_len=32), tokenizer,
+                 tmp_path_factory.mktemp("tiny") / "embed")
+    with TestClient(create_app({"embed": load_served("embed", path)}, threads=1)) as client:
+        yield path, client

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 import lmforge
 from lmforge.config.options import OptionsError
 from tests.faces import SECONDS, cli_verdict, server_verdict, timed
-from tests.serve.conftest import _save, _tiny, _tokenizer
 
 fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -37,13 +36,9 @@ REQUESTS = st.fixed_dictionaries({}, optional=FIELDS)
 
 
 @pytest.fixture(scope="module")
-def faces(tmp_path_factory):
+def faces(tiny_embedder):
     """(model directory, a client of the server's app on that model)."""
-    tokenizer = _tokenizer("bert")
-    path = _save(_tiny("bert-base", tokenizer, 7, max_seq_len=32), tokenizer,
-                 tmp_path_factory.mktemp("faces") / "embed")
-    with TestClient(create_app({"embed": load_served("embed", path)}, threads=1)) as client:
-        yield path, client
+    return tiny_embedder
 
 
 _timed = timed

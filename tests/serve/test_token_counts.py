@@ -8,26 +8,18 @@ import pytest
 
 import lmforge
 from lmforge.pipelines.embed import EmbedOptions, SentenceEncoder
-from tests.serve.conftest import _save, _tiny, _tokenizer
 
 fastapi = pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
 
-from lmforge.serve.app import create_app  # noqa: E402
-from lmforge.serve.models import load_served  # noqa: E402
 
 SHORT = "the cat"  # within max_length=5: [CLS] the cat [SEP]
 LONG = "the small cat sat on the red mat near the river today " * 30  # 362 tokens, 1650 characters
 
 
 @pytest.fixture(scope="module")
-def faces(tmp_path_factory):
+def faces(tiny_embedder):
     """(model directory, a client of the server's app on that model)."""
-    tokenizer = _tokenizer("bert")
-    path = _save(_tiny("bert-base", tokenizer, 7, max_seq_len=32), tokenizer,
-                 tmp_path_factory.mktemp("counts") / "enc")
-    with TestClient(create_app({"enc": load_served("enc", path)}, threads=1)) as client:
-        yield path, client
+    return tiny_embedder
 
 
 @pytest.mark.parametrize("max_length", [5, 7])

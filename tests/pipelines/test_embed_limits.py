@@ -169,3 +169,19 @@ def test_sentence_encoder_encode_bounds_batch_size_as_embed_does():
         with pytest.raises(OptionsError) as err:
             encoder.encode(["a"], batch_size=bad)
         assert err.value.field == "batch_size"
+
+
+def test_the_prompt_alone_is_tokenised_once_a_call_for_its_room_and_its_pooling(tmp_path):
+    """embed_with tokenised the prompt alone twice (the room check, then the tokens include_prompt false
+    leaves out of the pooling); once now, the room check reading the prompt's own tokens as before."""
+    from lmforge.pipelines.embed import SentenceEncoder
+
+    path = tiny_st_dir(tmp_path, {"pooling_mode": "mean", "include_prompt": False})
+    encoder = SentenceEncoder.from_dir(path)
+    prompt, encode, alone = "x y ", encoder.tokenizer.encode, []
+    encoder.tokenizer.encode = lambda text, *a, **kw: alone.append(text == prompt) or encode(text, *a, **kw)
+    found = encoder.embed_with(["abc def", "a"], EmbedOptions(prompt=prompt))
+    assert sum(alone) == 1 and found.vectors.shape[0] == 2, alone
+    length = encoder.prompt_length(prompt)
+    assert length.tokens == len(encode(prompt, add_special_tokens=False).ids) == 2
+    assert (length.specials, length.lead) == (2, 3)  # [CLS] x y [SEP]: [CLS] x y lead a text

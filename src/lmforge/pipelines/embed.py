@@ -233,14 +233,14 @@ class SentenceEncoder:
         max_length = options.max_length if max_length is None else max_length
         prefix = prompt_of(options, self.prompts, self.default_prompt)
         texts = [prefix + t for t in checked_texts(texts)]
-        if self.lowercase:  # counted and windowed as encode will read them
-            texts = [t.lower() for t in texts]
+        texts = [t.lower() for t in texts] if self.lowercase else texts  # counted, windowed as encode reads
         limit = self._limit(max_length)
-        self.check_prompt_room(prefix, options, limit)
+        length = self.prompt_length(prefix) if prefix else None  # once: the room check's, the pooling's
+        self.check_prompt_room(prefix, options, limit, length=length)
         counts = [len(self.tokenizer.encode(t).ids) for t in texts]
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
-        skip = 0 if self.include_prompt or not prefix else self._prompt_tokens(prefix)
+        skip = 0 if self.include_prompt or length is None else length.lead
         if skip and len(pieces) != len(texts):
             raise OptionsError('truncate="chunk": only a text\'s first window holds the prompt, which this '
                                "model leaves out of its pooling (include_prompt false); send truncate=true",
@@ -261,30 +261,30 @@ class SentenceEncoder:
         return Embedded(vectors.float().cpu(), read, truncated, chunks, options, self.path)
 
     def check_prompt_room(self, prefix: str, options: EmbedOptions, limit: int | None,
-                          tokenizer: Tokenizer | None = None) -> None:
+                          tokenizer: Tokenizer | None = None, length: PromptLength | None = None) -> None:
         """OptionsError naming prompt (prompt_name for a named or the model's default one) where the prompt
         and the special tokens fill the `limit` a text may have: cut there, every text read as the prompt
         alone, one vector for all texts (a chunked text's later windows do read it: not refused). Counted
-        with `tokenizer` (default the encoder's: the server's event loop gives its own copy, as the encoder's
-        every encode waits on the lock its workers hold)."""
+        with `tokenizer` (default the encoder's; the server's event loop gives its own copy: the encoder's
+        every encode waits on the lock its workers hold), unless `length` (prompt_length's) is given."""
         if not prefix or not limit or options.truncate == "chunk":
             return
-        tokenizer = self.tokenizer if tokenizer is None else tokenizer
-        found = tokenizer.encode(prefix.lower() if self.lowercase else prefix, add_special_tokens=False)
-        specials = tokenizer.backend.num_special_tokens_to_add(False)
-        if len(found.ids) + specials >= limit:
+        length = self.prompt_length(prefix, tokenizer) if length is None else length
+        if length.tokens + length.specials >= limit:
             named = options.prompt is None
             said = f"prompt_name={options.prompt_name or self.default_prompt!r}" if named else "prompt"
-            raise OptionsError(f"{said} is {len(found.ids)} tokens: with the model's {specials} special "
-                               f"tokens it fills the {limit} a text may have, leaving none for the text",
-                               "prompt_name" if named else "prompt")
+            raise OptionsError(f"{said} is {length.tokens} tokens: with the model's {length.specials} "
+                               f"special tokens it fills the {limit} a text may have, leaving none for the "
+                               "text", "prompt_name" if named else "prompt")
 
-    def _prompt_tokens(self, prefix: str) -> int:
-        """The tokens of `prefix` alone, less a closing special token ([SEP], </s>): the leading tokens
-        sentence-transformers leaves out of the pooling where include_prompt is false."""
-        found = self.tokenizer.encode(prefix.lower() if self.lowercase else prefix)
+    def prompt_length(self, prefix: str, tokenizer: Tokenizer | None = None) -> PromptLength:
+        """The tokens of `prefix` alone (lowercased where the model lowercases), one encode with `tokenizer`
+        (default the encoder's); lead: less a closing special token ([SEP], </s>), which no text has there."""
+        tokenizer = self.tokenizer if tokenizer is None else tokenizer
+        found = tokenizer.encode(prefix.lower() if self.lowercase else prefix)
+        specials = tokenizer.backend.num_special_tokens_to_add(False)
         closing = bool(found.ids) and found.sequence_ids is not None and found.sequence_ids[-1] is None
-        return len(found.ids) - int(closing)
+        return PromptLength(len(found.ids) - specials, specials, len(found.ids) - int(closing))
 
     def _pieces(self, texts: list, counts: list, limit: int | None, options: EmbedOptions,
                 bound: str = "the limit") -> tuple:
@@ -313,6 +313,16 @@ class SentenceEncoder:
         spans = whole.offsets
         return [(text[spans[a][0]:spans[min(a + room, len(spans)) - 1][1]], min(room, len(spans) - a))
                 for a in range(0, len(spans), room)]
+
+
+@dataclass(frozen=True)
+class PromptLength:
+    """A prompt's own tokens, the special ones a text gets, and the leading tokens it takes in a text (an
+    opening special one with it): those include_prompt false leaves out of the pooling."""
+
+    tokens: int
+    specials: int
+    lead: int
 
 
 @dataclass

@@ -113,3 +113,17 @@ def test_embed_checks_the_prompt_with_the_event_loops_tokenizer_not_the_workers(
         refused = client.post("/embed", json={"texts": [TEXT], "prompt": "the " * 40, "truncate": True})
     assert refused.status_code == 422 and refused.json()["error"]["param"] == "prompt", refused.text
     assert used == []  # the route refused it before any worker's work, without the workers' tokenizer
+
+
+def test_embed_tokenises_the_prompt_alone_once_a_request_on_the_event_loop(faces):
+    """The route measures the prompt with the event loop's tokenizer for its room check; the workers get it
+    in the texts (options without a prompt), so neither tokenizer reads the prompt alone a second time."""
+    path, _ = faces
+    served, prompt, alone = load_served("embed", path), "query: ", []
+    for tokenizer in (served.front, served.tokenizer):
+        was = tokenizer.encode
+        tokenizer.encode = lambda text, *a, was=was, **kw: alone.append(text) or was(text, *a, **kw)
+    with TestClient(create_app({"embed": served}, threads=1)) as client:
+        answer = client.post("/embed", json={"texts": [TEXT, "a dog"], "prompt": prompt, "truncate": True})
+    assert answer.status_code == 200, answer.text
+    assert alone.count(prompt) == 1, alone

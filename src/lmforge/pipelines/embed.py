@@ -23,12 +23,12 @@ from lmforge.config.model import MAX_LEN
 from lmforge.config.options import OptionsError, checked_argument, checked_progress, checked_texts
 from lmforge.fast.optimize import optimize
 from lmforge.fast.paths import FastPaths
-from lmforge.heads import pool
 from lmforge.io import CheckpointError, load
 from lmforge.io.resolve import checked_tokenizer, find_model_dir
 from lmforge.model import Transformer
 from lmforge.pipelines.embed_options import (EmbedOptions, check_dimensions, encoded, leading, prompt_of,
                                              quantize, read_prompts, read_ranges)
+from lmforge.pipelines.embed_pooling import POOLINGS, without_first
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 from lmforge.utils import jsontext
 from lmforge.utils.modes import evaluating
@@ -40,30 +40,6 @@ LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "m
                   "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
 MAX_BATCH_SIZE = 1 << 16  # texts run at once: embed's bound in Python and on the command line
-
-
-def _mean(hidden, mask, sqrt_len: bool = False):
-    m = mask[..., None].to(hidden.dtype)
-    n = m.sum(1).clamp(min=1e-9)
-    return (hidden * m).sum(1) / (n.sqrt() if sqrt_len else n)
-
-
-def _weighted_mean(hidden, mask):
-    # later tokens weigh more (position 1..T), as in SGPT's weighted mean pooling
-    w = mask[..., None].to(hidden.dtype) * torch.arange(1, hidden.shape[1] + 1, device=hidden.device,
-                                                         dtype=hidden.dtype)[None, :, None]
-    return (hidden * w).sum(1) / w.sum(1).clamp(min=1e-9)
-
-
-# each (B, T, d), (B, T) -> (B, d); batches are right-padded (cls: the first token the mask keeps)
-POOLINGS = {
-    "mean": _mean,
-    "mean_sqrt_len_tokens": lambda h, m: _mean(h, m, sqrt_len=True),
-    "cls": lambda h, m: h[torch.arange(h.shape[0], device=h.device), m.int().argmax(1)],  # first one kept
-    "max": lambda h, m: h.masked_fill(m[..., None] == 0, float("-inf")).max(1).values,
-    "weightedmean": _weighted_mean,
-    "lasttoken": lambda h, m: pool(h, m, "last"),
-}
 
 
 def _read(file: Path, kind: type = dict) -> dict | list:
@@ -212,7 +188,7 @@ class SentenceEncoder:
                 index = order[start:start + batch_size]
                 batch = self.tokenizer.encode_batch([texts[i] for i in index], max_length=limit).to(device)
                 hidden = self._states(batch).float()
-                mask = _without_first(batch.attention_mask, skip) if skip else batch.attention_mask
+                mask = without_first(batch.attention_mask, skip) if skip else batch.attention_mask
                 pooled = torch.cat([POOLINGS[m](hidden, mask) for m in self.pooling], -1)
                 out[index] = F.normalize(pooled, p=2, dim=-1) if normalize else pooled
                 if progress is not None:
@@ -370,13 +346,6 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     texts = checked_texts(texts)  # before the model is read
     encoder = _encoder(model, checked_tokenizer(tokenizer))  # embed_with checks max_length (_limit)
     return encoder.embed_with(texts, options, batch_size, progress=progress).tensor()
-
-
-def _without_first(mask: torch.Tensor, skip: int) -> torch.Tensor:
-    """The attention mask with each row's first `skip` kept tokens left out (padding on either side)."""
-    first = mask.int().argmax(1, keepdim=True)
-    at = torch.arange(mask.shape[1], device=mask.device)[None, :]
-    return mask.masked_fill(at < first + skip, 0)
 
 
 def _share(progress, n_texts: int, n_pieces: int):

@@ -9,18 +9,19 @@ token — the same shapes the reference library's `generate` returns.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable, Optional
 
 import torch
 
-from lmforge.config.options import OptionsError
 from lmforge.generate.beam import Beams, beam_search
-from lmforge.generate.checks import check_call, check_for_model, check_prompt, sequences_each
+from lmforge.generate.checks import check_call, check_for_model, check_prompt, check_streamed, sequences_each
 from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.generate.options import GenerationOptions, refuse_unused
 from lmforge.generate.processors import Constraints
 from lmforge.generate.recommended import attach, keep, resolve
 from lmforge.generate.sampling import Sampling, argmax_rows, next_tokens
+from lmforge.generate.stop_rows import StopRows, stop_rows
 from lmforge.generate.steps import DecoderSteps, EncoderDecoderSteps, lm_head_name
 from lmforge.io import register_side_files
 from lmforge.model import EncoderDecoder, Transformer
@@ -31,18 +32,25 @@ __all__ = ["GenerationOptions", "Sampling", "argmax_rows", "generate", "lm_head_
 
 
 class _Finished:
-    """Which rows have produced a stop token; later positions of those rows get `pad`."""
+    """Which rows have produced a stop token, or (`texts`) a stop string; later positions of those rows
+    get `pad`."""
 
-    def __init__(self, stop: Optional[torch.Tensor], pad: Optional[int], n: int, device) -> None:
-        self.stop, self.pad = stop, pad
+    def __init__(self, stop: Optional[torch.Tensor], pad: Optional[int], n: int, device,
+                 texts: Optional[StopRows] = None) -> None:
+        self.stop, self.pad, self.texts = stop, pad, texts
         self.done = torch.zeros(n, dtype=torch.bool, device=device)
 
     def mark(self, chosen: torch.Tensor) -> torch.Tensor:
         """(N,) chosen tokens with finished rows padded; the rows that stop now are noted."""
-        if self.stop is None:
+        if self.stop is None and self.texts is None:
             return chosen
-        chosen = torch.where(self.done, torch.full_like(chosen, self.pad), chosen)
-        self.done |= torch.isin(chosen, self.stop)
+        if self.pad is not None:  # none only for a single row (stop_rows), which is never padded
+            chosen = torch.where(self.done, torch.full_like(chosen, self.pad), chosen)
+        before = self.done
+        if self.stop is not None:
+            self.done = before | torch.isin(chosen, self.stop)
+        if self.texts is not None:  # a stop token is text too, as generate_until_stop reads it
+            self.done = self.done | self.texts.ended(chosen, before)
         return chosen
 
 
@@ -82,8 +90,8 @@ def _steps(model, input_ids, mask, ids: dict, copies: int, use_cache: bool, pref
                         use_cache, prefix_lm, projection)
 
 
-def _decode(steps, ids: dict, options: GenerationOptions, generator, streamer):
-    """Run beam search or greedy / sampled decoding over `steps`."""
+def _decode(steps, ids: dict, options: GenerationOptions, generator, streamer, texts: Optional[StopRows]):
+    """Run beam search or greedy / sampled decoding over `steps`, rows ending at `texts`' stop strings."""
     prompt_len, max_new_tokens = steps.tokens.shape[1], options.max_new_tokens
     rule = Sampling(options.do_sample, options.temperature, options.top_k, options.top_p)
     beams = Beams(options.num_beams, options.length_penalty, options.early_stopping,
@@ -95,17 +103,30 @@ def _decode(steps, ids: dict, options: GenerationOptions, generator, streamer):
     if beams.num_beams > 1:
         # the reference fills short hypotheses with pad, or eos where pad is unset or 0
         fill = ids["pad"] if ids["pad"] else int(ids["eos"][0]) if ids["eos"] is not None else -1
-        return beam_search(steps, constraints, beams, ids["eos"], fill, max_new_tokens)
+        out = beam_search(steps, constraints, beams, ids["eos"], fill, max_new_tokens)
+        return out if texts is None else texts.cut(out, prompt_len, ids["eos"], fill)
     steps.projection.greedy = not rule.do_sample and not constraints.always_active
-    finished = _Finished(ids["eos"], ids["pad"], steps.tokens.shape[0], steps.tokens.device)
+    finished = _Finished(ids["eos"], ids["pad"], steps.tokens.shape[0], steps.tokens.device, texts)
     return _sample(steps, constraints, rule, finished, max_new_tokens, generator, streamer)
+
+
+@contextmanager
+def _as_found(model):
+    """The model in eval mode for the call; each module's own mode restored after it."""
+    modes = [(module, module.training) for module in model.modules()]
+    try:
+        yield model.eval()
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 @torch.no_grad()
 def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, *,
              options: Optional[GenerationOptions] = None, use_cache: bool = True, prefix_lm: bool = False,
              generator: Optional[torch.Generator] = None, seed: Optional[int] = None,
-             streamer: Optional[Callable] = None, projection: str = "auto", **fields) -> torch.Tensor:
+             streamer: Optional[Callable] = None, projection: str = "auto", stop_strings=None, tokenizer=None,
+             **fields) -> torch.Tensor:
     """Continue `input_ids` (B, T), left-padded when `attention_mask` has zeros.
 
     Decoders return (B * R, T + n) prompt and new tokens; encoder-decoders return (B * R, 1 + n) decoder
@@ -115,6 +136,9 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     of its fields given as keyword arguments over them (max_new_tokens=20, do_sample=True, num_beams=4, ...:
     the reference library's `generate` arguments of the same names); a bad or unknown one raises OptionsError
     (a ValueError) naming it. Stop, pad, forced and decoder start ids default to the model config's.
+    `stop_strings` (a string or a list, with the `tokenizer` that decodes the model's ids: the reference's
+    names) end each row at the step its new text holds one, as `lmforge generate --stop` ends its text: the
+    ids kept up to the one that completed it, later positions padded (beams: the hypotheses cut after).
     use_cache=False recomputes every position at every step (same tokens, slower); sampling draws from
     `generator`, or one seeded with `seed` (0 to 2**63 - 1) as `lmforge generate --seed` seeds its own (on a
     CPU, its tokens), not both; prefix_lm=True lets a decoder pretrained as a prefix LM read the prompt
@@ -130,15 +154,11 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     options = resolve(model, start, fields, options)
     refuse_unused(options, fields, seed)  # what the caller gave: the base's fields may be a checkpoint's
     ids = check_for_model(options, model, start)
-    if options.num_beams > 1 and streamer is not None:
-        raise OptionsError(f"num_beams={options.num_beams} with a streamer: beam search knows its best "
-                           "hypothesis only at the end; give num_beams=1 to stream", "num_beams")
+    check_streamed(options, streamer)
     copies = sequences_each(input_ids.shape[0], options)
+    texts = stop_rows(stop_strings, tokenizer, input_ids, mask, options, ids["pad"],
+                      isinstance(model, EncoderDecoder))
     projection = VocabProjection(model.heads[lm_head_name(model)], projection, steps=options.max_new_tokens)
-    modes = [(module, module.training) for module in model.modules()]  # each module's own, restored
-    try:
-        steps = _steps(model.eval(), input_ids, mask, ids, copies, use_cache, prefix_lm, projection)
-        return _decode(steps, ids, options, generator, streamer)
-    finally:
-        for module, training in modes:
-            module.training = training
+    with _as_found(model) as found:
+        steps = _steps(found, input_ids, mask, ids, copies, use_cache, prefix_lm, projection)
+        return _decode(steps, ids, options, generator, streamer, texts)

@@ -176,6 +176,13 @@ def _start_from_pad(options: GenerationOptions, cfg) -> int:
     return int(pad)
 
 
+def check_streamed(options: GenerationOptions, streamer) -> None:
+    """Refuse a streamer with beam search (an OptionsError naming num_beams): its tokens come at the end."""
+    if options.num_beams > 1 and streamer is not None:
+        raise OptionsError(f"num_beams={options.num_beams} with a streamer: beam search knows its best "
+                           "hypothesis only at the end; give num_beams=1 to stream", "num_beams")
+
+
 def sequences_each(prompts: int, options: GenerationOptions) -> int:
     """The sequences each of `prompts` rows runs (its beams, or its returned sequences); an OptionsError
     naming input_ids where that is more than MAX_SEQUENCES at once, before any model call."""

@@ -1,0 +1,67 @@
+"""lmforge.generate's stop strings (`stop_strings=` with `tokenizer=`, the reference library's names): each
+row of a batch ends at the step its new text holds one, by the rule `lmforge generate --stop` and the
+server's `stop` follow (generate/stop_rule.py: check_stops checks them, a TextTail a row seeks them), so a
+row's ids are those generate_until_stop gives its prompt alone. A row keeps its ids up to and including the
+one that completed a stop string, as the reference keeps them (the ids are not cut inside that token's
+text), its later positions padded as after a stop token; beam search's returned hypotheses are cut after,
+as generate_until_stop cuts its best one."""
+from __future__ import annotations
+
+import torch
+
+from lmforge.generate.options import GenerationOptions
+from lmforge.generate.stop_rule import TextTail, check_stops
+from lmforge.utils.errors import OptionsError
+
+
+def until_eos(ids: list, eos) -> list:
+    """Beam output up to and including its first stop token (later positions are filler)."""
+    stops = eos if isinstance(eos, list) else [eos]
+    hit = next((i for i, t in enumerate(ids) if t in stops), None)
+    return ids if hit is None else ids[:hit + 1]
+
+
+class StopRows:
+    """Each returned row's new text (a TextTail), and which rows a stop string has ended."""
+
+    def __init__(self, tokenizer, stops: tuple, contexts: list) -> None:
+        self.tails = [TextTail(tokenizer, stops, context) for context in contexts]
+
+    def ended(self, chosen: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """(N,) whether each row's text holds a stop string once this step's (N,) `chosen` ids are added to
+        the rows not `done` before it (a finished row's padding is no text of its own)."""
+        for tail, token, finished in zip(self.tails, chosen.tolist(), done.tolist()):
+            if not finished:
+                tail.push(token)
+        return torch.tensor([tail.stopped for tail in self.tails], device=chosen.device)
+
+    def cut(self, out: torch.Tensor, start: int, eos, fill: int) -> torch.Tensor:
+        """Beam search's (N, L) `out` with each row's new ids (from column `start`) cut after the one whose
+        text holds a stop string, its later positions `fill`, and the columns that no row keeps left out."""
+        stop_ids = None if eos is None else eos.tolist()
+        kept = [tail.feed(until_eos(row[start:].tolist(), stop_ids)) for tail, row in zip(self.tails, out)]
+        out = out[:, :start + max(map(len, kept))].clone()
+        for row, ids in enumerate(kept):
+            out[row, start + len(ids):] = fill
+        return out
+
+
+def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptions, pad,
+              encoder_decoder: bool) -> StopRows | None:
+    """The StopRows of a call's returned rows (each input's num_return_sequences in turn), None without stop
+    strings: a decoder's new ids join their prompt's (its padding left out), an encoder-decoder's answer
+    starts a text of its own. An OptionsError naming what is wrong: stop_strings (check_stops), a tokenizer
+    missing, or a pad token missing for the rows of a greedy or sampled batch that end first."""
+    stops = check_stops(stop_strings, field="stop_strings")
+    if not stops:
+        return None
+    if not callable(getattr(tokenizer, "decode", None)):
+        got = "none was given" if tokenizer is None else f"{type(tokenizer).__name__} has no decode"
+        raise OptionsError(f"stop_strings are sought in the decoded text: give tokenizer= (the model's); "
+                           f"{got}", "tokenizer")
+    rows = input_ids.shape[0] * options.num_return_sequences
+    if options.num_beams == 1 and rows > 1 and pad is None:
+        raise OptionsError(f"stop_strings with {rows} rows need a pad token for the rows that end first: "
+                           "give pad_token_id (the model config names no pad or eos token)", "pad_token_id")
+    contexts = [[] if encoder_decoder else row[keep.bool()].tolist() for row, keep in zip(input_ids, mask)]
+    return StopRows(tokenizer, stops, [c for c in contexts for _ in range(options.num_return_sequences)])

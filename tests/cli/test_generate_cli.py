@@ -241,8 +241,8 @@ def test_stop_ends_the_text_before_the_stop_string_streamed_or_not(dirs, capsys,
 @pytest.mark.parametrize("stops, message", [
     ([""], "--stop '': a stop string is empty (the text would end before it began): leave it out"),
     (["a", "b c", ""], "--stop '': a stop string is empty"),
-    (["a"] * 9, "--stop: 9 stop strings; at most 8 stop strings are sought"),
-    (["x" * 257], "--stop: a stop string of 257 characters; at most 256 characters each are sought"),
+    (["a"] * 9, "--stop: 9 stop strings, more than the 8 allowed"),
+    (["x" * 257], "--stop: a stop string of 257 characters, more than the 256 allowed"),
 ])
 def test_a_bad_stop_is_refused_in_one_line_naming_the_flag(dirs, capsys, stops, message):
     """A bound is said as a number: the server's settings (max_stop, max_stop_chars) are no flags here."""

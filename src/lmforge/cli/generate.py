@@ -100,8 +100,8 @@ def checked_stops(args) -> tuple:
 
     try:
         return check_stops(args.stop or [])
-    except StopLimitError as err:  # the bound as a number: the server's setting is no flag of the CLI's
-        raise UsageError(f"--stop: {err.plain}") from None
+    except StopLimitError as err:  # no string is to blame: the flag is
+        raise UsageError(f"--stop: {err}") from None
     except OptionsError as err:  # field stop.i: the i-th --stop
         raise UsageError(f"--stop {shlex.quote(args.stop[int(err.field.split('.')[1])])}: {err}") from None
 

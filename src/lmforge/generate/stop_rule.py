@@ -27,12 +27,13 @@ EMPTY = "a stop string is empty (the text would end before it began): leave it o
 
 
 class StopLimitError(OptionsError):
-    """Stop strings past a bound: more of them, or a longer one, than the bound `.limit` allows (the message
-    names the server's setting; `.plain` says the bound as a number, for the command line, which has none)."""
+    """Stop strings past a bound: more of them, or a longer one, than the bound `.limit` (the server's
+    setting of that name) allows; its message says the bound as a number, which reads alike on every face
+    (the server adds the setting's name, the command line has no such setting)."""
 
-    def __init__(self, message: str, limit: str, plain: str = "", field: str = "stop") -> None:
+    def __init__(self, message: str, limit: str, field: str = "stop") -> None:
         super().__init__(message, field)
-        self.limit, self.plain = limit, plain or message
+        self.limit = limit
 
 
 def check_stops(stop, max_stop: int = MAX_STOP, max_chars: int = MAX_STOP_CHARS,
@@ -49,13 +50,12 @@ def check_stops(stop, max_stop: int = MAX_STOP, max_chars: int = MAX_STOP_CHARS,
         if not text:
             raise OptionsError(EMPTY, named)
     if len(stops) > max_stop:
-        raise StopLimitError(f"{len(stops)} stop strings, more than max_stop={max_stop}", "max_stop",
-                             f"{len(stops)} stop strings; at most {max_stop} stop strings are sought", field)
+        raise StopLimitError(f"{len(stops)} stop strings, more than the {max_stop} allowed", "max_stop",
+                             field)
     longest = max(map(len, stops), default=0)
     if longest > max_chars:
-        raise StopLimitError(f"a stop string of {longest} characters, more than max_stop_chars={max_chars}",
-                             "max_stop_chars", f"a stop string of {longest} characters; at most {max_chars} "
-                             "characters each are sought", field)
+        raise StopLimitError(f"a stop string of {longest} characters, more than the {max_chars} allowed",
+                             "max_stop_chars", field)
     return tuple(stops)
 
 

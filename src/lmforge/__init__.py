@@ -22,8 +22,9 @@ def load_tokenizer(path) -> Tokenizer:
 
 
 def build(name: str | ModelConfig, **overrides) -> Transformer:
-    """A randomly initialised model from a preset name (or a ModelConfig) with field overrides."""
-    cfg = name.replace(**overrides) if isinstance(name, ModelConfig) else get_config(name, **overrides)
+    """A randomly initialised model from a preset name (or a ModelConfig) with field overrides (ConfigError
+    for one of no effect on that model: lstm_dim on a BERT, window on dense attention)."""
+    cfg = name.with_overrides(**overrides) if isinstance(name, ModelConfig) else get_config(name, **overrides)
     return from_config(cfg)
 
 

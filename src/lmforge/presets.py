@@ -151,7 +151,7 @@ ELMO_PRESETS: dict = {
 
 
 def get_config(name: str, **overrides) -> ModelConfig:
-    """The preset's ModelConfig with `overrides` applied (validated)."""
+    """The preset's ModelConfig with `overrides` applied (validated; one of no effect there refused)."""
     known = {**PRESETS, **ELMO_PRESETS}
     if not isinstance(name, str):  # None, a Path or a list failed as "not iterable" / "unhashable"
         raise ConfigError(f"the preset must be a preset name (text), got {type(name).__name__}", "name")
@@ -159,11 +159,20 @@ def get_config(name: str, **overrides) -> ModelConfig:
         close = close_names(name, known)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; presets: {', '.join(known)}"
         raise ConfigError(f"unknown preset {name!r}{hint}", "name")
-    return ModelConfig.from_dict({**known[name], **overrides})
+    return ModelConfig.from_dict(known[name]).with_overrides(**overrides)
 
 
 def tiny_overrides(cfg: ModelConfig) -> dict:
-    """Sizes that keep every axis value of `cfg` but make it cheap enough for tests and demos."""
+    """Sizes that keep every axis value of `cfg` but make it cheap enough for tests and demos: those with an
+    effect on it, so that get_config(name, **tiny_overrides(cfg)) does not refuse them."""
+    sizes = _tiny_sizes(cfg)
+    inert = cfg.replace(**sizes).inert_fields()  # a BERT's window, linformer_k ... (refused as overrides)
+    return {name: value for name, value in sizes.items() if name not in inert}
+
+
+def _tiny_sizes(cfg: ModelConfig) -> dict:
+    """tiny_overrides' sizes, of no effect on `cfg` too: tiny() shrinks them all, so that an override of
+    tiny(name, attention='sliding-window') finds a window that fits the tiny max_seq_len."""
     sizes = dict(vocab_size=99, d_model=32, n_layers=2, n_heads=4, d_head=None, d_ff=64, max_seq_len=64,
                  window=8, block_size=4, linformer_k=16, relative_buckets=8, relative_max_distance=16)
     if cfg.architecture == "elmo":  # small LSTMs and a character CNN of widths 1-3
@@ -184,4 +193,4 @@ def tiny_overrides(cfg: ModelConfig) -> dict:
 def tiny(name: str, **overrides) -> ModelConfig:
     """A test-size config of the preset's family."""
     cfg = get_config(name)
-    return cfg.replace(**{**tiny_overrides(cfg), **overrides})
+    return cfg.replace(**{**_tiny_sizes(cfg), **overrides})

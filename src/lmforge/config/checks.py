@@ -1,7 +1,10 @@
 """ModelConfig's rules that read a few fields each (config/model.py calls them): the error type, windows,
-rotary scaling, pruned heads, FFN sizes, quantization and attention patterns. Each field's type, bounds and
+rotary scaling, pruned heads, FFN sizes, quantization, attention patterns, and which fields have no effect
+(inert_fields) so an override of one is refused (refuse_inert). Each field's type, bounds and
 choices are its declaration's (check_options). No import of config/model.py, which imports this."""
 from __future__ import annotations
+
+import dataclasses
 
 from lmforge.config.options import OptionsError, short_repr
 
@@ -207,3 +210,98 @@ def room_for_text(name: str, tokens: int | None, cfg, specials: int) -> None:
         raise OptionsError(f"{name}={tokens} leaves no room next to the model's {specials} special tokens",
                            name)
 
+
+# ELMo's own fields: layers/variants/elmo.py and elmo.py read them, no Transformer does
+ELMO_FIELDS = ("char_embed_dim", "char_filters", "n_highway", "lstm_dim", "cell_clip", "proj_clip",
+               "n_characters", "max_characters_per_token", "skip_connections", "stateful")
+# the Transformer stacks' fields: neither elmo.py, layers/variants/elmo.py nor ELMo's softmax reads them (an
+# LM head: it reads lm_*, norm, norm_eps, norm_bias, tie_embeddings, d_embed and, with its transform, ffn)
+TRANSFORMER_FIELDS = ("n_heads", "n_kv_heads", "d_head", "d_ff", "n_segments", "position", "position_offset",
+                      "position_from_padding", "scale_embeddings", "embedding_norm", "norm_placement",
+                      "final_norm", "ffn_bias", "attention_bias", "attention_scaling", "attention",
+                      "attention_schedule", "attention_dropout", "share_layers", "pruned_heads", "ffn_sizes")
+# each pattern's own fields (the windowed patterns' are WINDOW_FIELDS)
+PATTERN_FIELDS = {"longformer": ("n_global_tokens", "global_projections"),
+                  "bigbird": ("block_size", "n_random_blocks", "random_block_choice", "dense_max_len"),
+                  "linformer": ("linformer_k",)}
+WINDOW_FIELDS = ("window", "dilation", "window_schedule")
+ROTARY_FIELDS = ("rotary_theta", "rotary_dim", "rotary_scaling")
+LLAMA3_FIELDS = ("rotary_low_freq_factor", "rotary_high_freq_factor", "rotary_original_max_len")
+RELATIVE_FIELDS = ("relative_buckets", "relative_max_distance")
+LEARNED_FIELDS = ("position_offset", "position_from_padding")
+
+
+def _inert_patterns(cfg) -> dict:
+    """Attention-pattern fields of no effect: those of patterns no layer uses, `window` under a schedule."""
+    patterns, inert = pattern_set(cfg), {}
+    if not patterns & {"sliding-window", "dilated", "longformer"}:
+        inert.update(dict.fromkeys(WINDOW_FIELDS, "no layer's attention is windowed "
+                                   "(attention='sliding-window', 'dilated' or 'longformer')"))
+    elif cfg.window_schedule and len(set(cfg.window_schedule)) > 1:
+        inert["window"] = "window_schedule sets each layer's window (window_schedule=null)"
+    for pattern, names in PATTERN_FIELDS.items():
+        if pattern not in patterns:
+            inert.update(dict.fromkeys(names, f"no layer's attention is {pattern} (attention={pattern!r})"))
+    return inert
+
+
+def _inert_positions(cfg) -> dict:
+    """Position fields of no effect under the config's scheme (rotary's when not rotary, ...)."""
+    inert = {}
+    if cfg.position != "rotary":
+        inert.update(dict.fromkeys(ROTARY_FIELDS, "positions are not rotary (position='rotary')"))
+    if cfg.position != "rotary" or cfg.rotary_scaling != "llama3":
+        inert.update(dict.fromkeys(LLAMA3_FIELDS, "no llama3 scaling (position='rotary', "
+                                                  "rotary_scaling='llama3')"))
+        if cfg.position != "rotary" or cfg.rotary_scaling == "none":
+            inert["rotary_scaling_factor"] = ("no rotary scaling (position='rotary', rotary_scaling="
+                                              "'linear' or 'llama3')")
+    if cfg.position != "relative-bias":
+        inert.update(dict.fromkeys(RELATIVE_FIELDS, "positions are not relative-bias "
+                                                    "(position='relative-bias')"))
+    if cfg.position != "learned":
+        inert.update(dict.fromkeys(LEARNED_FIELDS, "positions are not learned (position='learned')"))
+    return inert
+
+
+def layout_inert(cfg) -> dict:
+    """Field -> what gives it an effect, for each field of no effect under `cfg` that canonical() resets:
+    those of unused patterns and positions, lm_activation without a transform, ELMo's on a Transformer."""
+    inert = {**_inert_patterns(cfg), **_inert_positions(cfg)}
+    if not cfg.lm_transform:
+        inert["lm_activation"] = "the LM head has no transform (lm_transform=True)"
+    if cfg.architecture != "elmo":
+        inert.update(dict.fromkeys(ELMO_FIELDS, "it is ELMo's (architecture='elmo')"))
+    return inert
+
+
+def kept_inert(cfg) -> dict:
+    """Fields of no effect that canonical() keeps as given, its results (runs' recorded identities) being
+    older than their rule: dilation without a dilated layer; on an ELMo, the Transformer's fields."""
+    inert = {}
+    if "dilated" not in pattern_set(cfg):  # layers/patterns.py: only dilated() reads it
+        inert["dilation"] = "no layer's attention is dilated (attention='dilated')"
+    if cfg.architecture != "elmo":
+        return inert
+    names = [*TRANSFORMER_FIELDS, *WINDOW_FIELDS, *sum(PATTERN_FIELDS.values(), ()), *ROTARY_FIELDS,
+             *LLAMA3_FIELDS, "rotary_scaling_factor", *RELATIVE_FIELDS]
+    if not cfg.lm_transform:  # else the LM head's activation (lm_activation null: ffn's)
+        names.append("ffn")
+    return {**inert, **dict.fromkeys(names, "it is the Transformer's (architecture='encoder', 'decoder' or "
+                                            "'encoder-decoder')")}
+
+
+def inert_fields(cfg) -> dict:
+    """Field -> what would give it an effect, for every field of no effect on the model `cfg` describes."""
+    return {**layout_inert(cfg), **kept_inert(cfg)}  # on an ELMo, "the Transformer's" says it best
+
+
+def refuse_inert(cfg, names) -> None:
+    """A ConfigError naming the first of `names` (fields a caller set explicitly) of no effect on the model
+    `cfg` describes at a value other than its default: an override that would silently do nothing."""
+    inert, defaults = inert_fields(cfg), {f.name: f.default for f in dataclasses.fields(cfg)}
+    for name in names:
+        value = getattr(cfg, name, None)
+        if name in inert and value != defaults[name]:
+            raise ConfigError(f"{name}={short_repr(value)} has no effect on this {cfg.architecture!r} model: "
+                              f"{inert[name]}", name)

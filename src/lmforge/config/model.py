@@ -13,9 +13,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from lmforge.config.checks import (MAX_WIDTH, ConfigError, pattern_set, validate_elmo, validate_ffn_sizes,
-                                   validate_patterns, validate_pruned, validate_quantization,
-                                   validate_rotary_scaling)
+from lmforge.config.checks import (MAX_WIDTH, ConfigError, inert_fields, layout_inert, refuse_inert,
+                                   validate_elmo, validate_ffn_sizes, validate_patterns, validate_pruned,
+                                   validate_quantization, validate_rotary_scaling)
 from lmforge.config.names import listed_at, refuse_unknown
 from lmforge.config.options import check_options, coerce, option
 from lmforge.utils import jsontext
@@ -257,39 +257,18 @@ class ModelConfig:
         """Window width of one layer (the window schedule, or `window`)."""
         return self.window_schedule[layer] if self.window_schedule else self.window
 
-    def _inert_positions(self) -> set:
-        """Position fields of no effect under this config's scheme (rotary's when not rotary, ...)."""
-        inert = set()
-        if self.position != "rotary":
-            inert |= {"rotary_theta", "rotary_dim", "rotary_scaling"}
-        if self.position != "rotary" or self.rotary_scaling != "llama3":
-            inert |= {"rotary_low_freq_factor", "rotary_high_freq_factor", "rotary_original_max_len"}
-            if self.position != "rotary" or self.rotary_scaling == "none":
-                inert.add("rotary_scaling_factor")
-        if self.position != "relative-bias":
-            inert |= {"relative_buckets", "relative_max_distance"}
-        if self.position != "learned":
-            inert |= {"position_offset", "position_from_padding"}
-        return inert
+    def inert_fields(self) -> dict:
+        """Field -> what would give it an effect, for every field of no effect on this model."""
+        return inert_fields(self)
 
     def canonical(self) -> "ModelConfig":
-        """A copy with every field that has no effect here reset to its default (and no source),
-        so two configs of the same architecture compare equal."""
-        patterns = pattern_set(self)
+        """A copy with every field that has no effect here (but checks.kept_inert's) reset to its default
+        (and no source), so two configs of the same architecture compare equal."""
         unset = [name for name in ("pruned_heads", "ffn_sizes") if not getattr(self, name)]  # {}: none either
-        inert = {"source", "generator_size", *SPECIAL_TOKENS, *unset}
-        if not patterns & {"sliding-window", "dilated", "longformer"}:
-            inert |= {"window", "dilation", "window_schedule"}
-        elif self.window_schedule and len(set(self.window_schedule)) > 1:
-            inert.add("window")
-        if "longformer" not in patterns:
-            inert |= {"n_global_tokens", "global_projections"}
-        if "bigbird" not in patterns:
-            inert |= {"block_size", "n_random_blocks", "random_block_choice", "dense_max_len"}
-        if "linformer" not in patterns:
-            inert.add("linformer_k")
-        inert |= self._inert_positions()
-        if not self.lm_transform or self.lm_activation == _FFN_ACTIVATION.get(self.ffn, self.ffn):
+        # layout_inert, not inert_fields: kept_inert's fields stay as given, as the identity of runs
+        # (train/loop.py) recorded them; n_heads' default would divide few of an ELMo's d_model
+        inert = {"source", "generator_size", *SPECIAL_TOKENS, *unset, *layout_inert(self)}
+        if self.lm_activation == _FFN_ACTIVATION.get(self.ffn, self.ffn):  # the LM head's activation anyway
             inert.add("lm_activation")
         defaults = {f.name: f.default for f in fields(self) if f.name in inert}
         if self.n_kv_heads == self.n_heads:  # explicit MHA is the default MHA
@@ -323,6 +302,12 @@ class ModelConfig:
         """A validated copy with some fields changed."""
         return self.from_dict({**self.to_dict(), **overrides})
 
+    def with_overrides(self, **overrides: Any) -> "ModelConfig":
+        """replace() for fields a user asked for: a ConfigError where one has no effect on the result."""
+        cfg = self.replace(**overrides)
+        refuse_inert(cfg, overrides)  # else lstm_dim=64 on a BERT, window=64 on dense attention, do nothing
+        return cfg
+
     def save(self, path: str | os.PathLike) -> None:
         """Write as JSON, atomically."""
         atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
@@ -354,7 +339,8 @@ def _validate(cfg: ModelConfig) -> None:
         token = getattr(cfg, name)
         if token is not None and token >= cfg.vocab_size:
             raise ConfigError(f"{name}={token} is outside the vocabulary [0, {cfg.vocab_size})", name)
-    _validate_heads(cfg)
+    if cfg.architecture != "elmo":  # a biLSTM has no heads: n_heads need not divide its d_model (nor be set)
+        _validate_heads(cfg)
     validate_pruned(cfg)
     validate_ffn_sizes(cfg)
     validate_quantization(cfg)

@@ -132,3 +132,29 @@ def test_an_installed_model_s_name_is_read_as_its_folder(capsys):
         assert main(["inspect", name]) == 0  # was "unknown preset" / "no such model directory"
         out = capsys.readouterr().out
         assert "layers         6" in out and "d_model=384" in out and "heads          pooler" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bert-tiny", "lstm_dim=64"], "lstm_dim=64 has no effect on this 'encoder' model: it is ELMo's"),
+    (["bert-tiny", "window=64"], "window=64 has no effect on this 'encoder' model: no layer's attention is "
+                                 "windowed"),
+    (["elmo-small", "n_heads=2"], "n_heads=2 has no effect on this 'elmo' model: it is the Transformer's"),
+])
+def test_an_override_of_no_effect_on_a_preset_exits_2_in_one_line(capsys, argv, message):
+    assert main(["inspect", *argv]) == 2  # was 0: the summary of a model on which it did nothing
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.count("\n") == 1 and not captured.out
+
+
+def test_a_file_s_or_directory_s_fields_of_no_effect_are_read_but_an_override_of_one_is_refused(tmp_path,
+                                                                                                capsys):
+    from lmforge.config import ModelConfig
+
+    ModelConfig(n_layers=2, lstm_dim=64, rotary_theta=5.0).save(tmp_path / "plain.json")  # a converter's
+    _tiny().save(tmp_path / "m")
+    assert main(["inspect", str(tmp_path / "plain.json")]) == 0
+    capsys.readouterr()
+    for source in (tmp_path / "plain.json", tmp_path / "m", tmp_path / "m" / "config.json"):
+        assert main(["inspect", str(source), "n_highway=3"]) == 2, source
+        err = capsys.readouterr().err
+        assert "n_highway=3 has no effect on this 'encoder' model" in err and err.count("\n") == 1, source

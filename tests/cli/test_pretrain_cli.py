@@ -206,3 +206,17 @@ def test_what_to_start_from_is_said_by_the_python_argument_beside_the_flag(tmp_p
     with pytest.raises(ValueError, match=r"give the checkpoint \(model=, --model DIR\)$"):
         recipe.pretrain("mlm", tmp_path / "c", TrainConfig(steps=1), preset="bert-tiny", n_docs=20,
                         add_tokens=str(tmp_path / "words.txt"))
+
+
+def test_a_model_field_of_no_effect_on_the_preset_exits_2_before_the_corpus_is_read(tmp_path, capsys,
+                                                                                     monkeypatch):
+    """lstm_dim=64 on a BERT (ELMo's field) was taken and trained a BERT on which it did nothing."""
+    import lmforge.train.pretrain as recipe
+
+    monkeypatch.setattr(recipe, "documents", lambda *a, **k: pytest.fail("the corpus was read"))
+    out = tmp_path / "run"
+    assert main(["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "1",
+                 "lstm_dim=64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "lstm_dim=64 has no effect on this 'encoder' model: it is ELMo's" in err
+    assert not (out / "tokenizer").exists()

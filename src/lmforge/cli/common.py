@@ -11,6 +11,7 @@ import yaml
 
 from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ModelConfig
+from lmforge.config.checks import refuse_inert
 from lmforge.config.options import MAX_SEED
 from lmforge.config.names import close_names, unknown_among
 from lmforge.io import load as load_model
@@ -239,7 +240,7 @@ def resolve_config(name: str, overrides: dict) -> ModelConfig:
     if name in PRESETS:
         return get_config(name, **overrides)
     if path.is_dir():
-        return load_model(path).config.replace(**overrides)
+        return load_model(path).config.with_overrides(**overrides)
     if path.is_file():
         return config_of_file(path, overrides)
     return get_config(name, **overrides)  # raises with the closest preset names
@@ -253,8 +254,10 @@ def config_of_file(path: Path, overrides: dict) -> ModelConfig:
 
     data = read_json_object(path)
     if data.get("format") == FORMAT or "model_type" in data:  # as lmforge.load reads it, weights unread
-        return meta_config(data, path.parent, path).replace(**overrides)  # the file's faults name it
-    return ModelConfig.from_dict({**data, **overrides})
+        return meta_config(data, path.parent, path).with_overrides(**overrides)  # the file's faults name it
+    cfg = ModelConfig.from_dict({**data, **overrides})  # the file's own inert values stand (converters')
+    refuse_inert(cfg, overrides)  # the overrides' are refused: asked for, they would do nothing
+    return cfg
 
 
 def not_a_link(path: Path, kind: str | None, option: str) -> None:

@@ -50,7 +50,8 @@ def cmd_inspect(args) -> None:
     overrides = {**read_config_file(args.config), **parse_overrides(args.overrides)}
     folder = installed or path.is_dir() and args.model not in PRESETS  # a preset name wins (resolve_config)
     model = load_model(args.model) if folder else None  # a directory: its int8 layers are reported too
-    cfg = model.config.replace(**overrides) if model is not None else resolve_config(args.model, overrides)
+    # an override of no effect on that model (lstm_dim on a BERT) is refused, as build() refuses it
+    cfg = resolve_config(args.model, overrides) if model is None else model.config.with_overrides(**overrides)
     try:
         summary = describe(cfg, args.context)  # before any output: a refusal prints nothing else
     except OptionsError as err:  # describe's check of the context ("context N: ..."), said as its flag

@@ -185,3 +185,23 @@ def test_the_prompt_alone_is_tokenised_once_a_call_for_its_room_and_its_pooling(
     length = encoder.prompt_length(prompt)
     assert length.tokens == len(encode(prompt, add_special_tokens=False).ids) == 2
     assert (length.specials, length.lead) == (2, 3)  # [CLS] x y [SEP]: [CLS] x y lead a text
+
+
+def test_leads_leave_each_texts_own_prompt_out_in_one_call(tmp_path):
+    """embed_with(leads=): texts that hold their prompt (the server's), prompts mixed in one batch, pool as
+    each prompt given in the options pools; leads that do not fit are refused naming leads."""
+    from lmforge.pipelines.embed import SentenceEncoder
+
+    path = tiny_st_dir(tmp_path, {"pooling_mode": "mean", "include_prompt": False})
+    encoder = SentenceEncoder.from_dir(path)
+    asked = [("x y ", "abc def"), ("a b c ", "the dog"), ("", "a")]
+    leads = [encoder.prompt_length(p).lead if p else 0 for p, _ in asked]
+    mixed = encoder.embed_with([p + t for p, t in asked], EmbedOptions(prompt=""), leads=leads).vectors
+    for row, (prompt, text) in enumerate(asked):
+        alone = encoder.embed_with([text], EmbedOptions(prompt=prompt)).vectors[0]
+        assert torch.allclose(mixed[row], alone, atol=1e-5), row
+    for bad, options in (([1], EmbedOptions(prompt="")), ([1, -1], EmbedOptions(prompt="")),
+                         ([1, 1], EmbedOptions(prompt="x "))):
+        with pytest.raises(OptionsError) as err:
+            encoder.embed_with(["a", "b"], options, leads=bad)
+        assert err.value.field == "leads"

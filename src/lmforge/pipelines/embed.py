@@ -28,7 +28,7 @@ from lmforge.io.resolve import checked_tokenizer, find_model_dir
 from lmforge.model import Transformer
 from lmforge.pipelines.embed_options import (EmbedOptions, check_dimensions, encoded, leading, prompt_of,
                                              quantize, read_prompts, read_ranges)
-from lmforge.pipelines.embed_pooling import POOLINGS, without_first
+from lmforge.pipelines.embed_pooling import POOLINGS, pooling_mask
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 from lmforge.utils import jsontext
 from lmforge.utils.modes import evaluating
@@ -168,11 +168,12 @@ class SentenceEncoder:
 
     @torch.inference_mode()
     def encode(self, texts, batch_size: int = 32, normalize: bool = True,
-               max_length: int | None = None, progress=None, skip: int = 0) -> torch.Tensor:
+               max_length: int | None = None, progress=None, skip: int | list = 0) -> torch.Tensor:
         """(N, d) embeddings of `texts` (one text: (1, d)), in the order given, each cut at the limit as
         sentence-transformers' encode cuts it (lmforge.embed and embed_with refuse a longer text unless
         truncate says otherwise); progress(done) is called after each batch with the texts done so far;
-        skip: each text's first tokens left out of the pooling (a prompt's, where include_prompt is false)."""
+        skip: each text's first tokens left out of the pooling (a prompt's, where include_prompt is false),
+        one number for all texts or a list of one a text."""
         checked_progress(progress)
         texts = [texts] if isinstance(texts, (str, bytes)) else list(texts)
         batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
@@ -188,7 +189,7 @@ class SentenceEncoder:
                 index = order[start:start + batch_size]
                 batch = self.tokenizer.encode_batch([texts[i] for i in index], max_length=limit).to(device)
                 hidden = self._states(batch).float()
-                mask = without_first(batch.attention_mask, skip) if skip else batch.attention_mask
+                mask = pooling_mask(batch.attention_mask, skip, index)
                 pooled = torch.cat([POOLINGS[m](hidden, mask) for m in self.pooling], -1)
                 out[index] = F.normalize(pooled, p=2, dim=-1) if normalize else pooled
                 if progress is not None:
@@ -196,17 +197,15 @@ class SentenceEncoder:
         return out
 
     def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32,
-                   max_length: int | None = None, progress=None) -> "Embedded":
+                   max_length: int | None = None, progress=None, leads: list | None = None) -> "Embedded":
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
         dimensions, normalisation), with each text's tokens read and whether it was cut; max_length: the
         tokens a text may have (default: the model's limit), as in `encode`, or the options' max_length (one
-        of the two); progress: as encode's."""
+        of the two); progress: as encode's; leads: each text's PromptLength.lead, for texts that begin with
+        their prompt already (the server's: options without one)."""
         options, progress = options or EmbedOptions(), checked_progress(progress)
         check_dimensions(options, self.model.config.d_model * len(self.pooling))  # before any text is read
-        if max_length is not None and options.max_length not in (None, max_length):
-            raise OptionsError(f"max_length={max_length}, and the options' max_length={options.max_length}: "
-                               "give it once", "max_length")
-        max_length = options.max_length if max_length is None else max_length
+        max_length = _one_max_length(max_length, options)
         prefix = prompt_of(options, self.prompts, self.default_prompt)
         texts = [prefix + t for t in checked_texts(texts)]
         texts = [t.lower() for t in texts] if self.lowercase else texts  # counted, windowed as encode reads
@@ -216,15 +215,16 @@ class SentenceEncoder:
         counts = [len(self.tokenizer.encode(t).ids) for t in texts]
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
-        skip = 0 if self.include_prompt or length is None else length.lead
-        if skip and len(pieces) != len(texts):
+        skip = self._skip(leads, length, len(texts), prefix)
+        if any(skip) and len(pieces) != len(texts):
             raise OptionsError('truncate="chunk": only a text\'s first window holds the prompt, which this '
                                "model leaves out of its pooling (include_prompt false); send truncate=true",
                                "truncate")
         if progress is not None and len(pieces) != len(texts):  # windows: the share of the texts done
             progress = _share(progress, len(texts), len(pieces))
+        # skip is one a text, which are the pieces where any is left out (windowed texts were refused)
         raw = self.encode(pieces, batch_size=1 if options.batch_invariant else batch_size, normalize=False,
-                          max_length=limit, progress=progress, skip=skip)
+                          max_length=limit, progress=progress, skip=skip if any(skip) else 0)
         at = torch.tensor(owners, dtype=torch.long, device=raw.device)  # long even when there are none
         share = torch.tensor(weights, dtype=raw.dtype, device=raw.device)[:, None]
         pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, at, raw * share)
@@ -235,6 +235,19 @@ class SentenceEncoder:
         # a long text's head (serve/routes.py clip), so the whole text's count is not its to give
         read = [limit if cut else n for n, cut in zip(counts, truncated)]
         return Embedded(vectors.float().cpu(), read, truncated, chunks, options, self.path)
+
+    def _skip(self, leads: list | None, length: PromptLength | None, n_texts: int, prefix: str) -> list:
+        """Each text's leading tokens the pooling leaves out: none where the model includes the prompt, else
+        the prompt's lead, or embed_with's `leads` (checked: whole numbers >= 0, one a text, no prompt)."""
+        if leads is None:
+            return [0 if self.include_prompt or length is None else length.lead] * n_texts
+        if prefix:
+            raise OptionsError("leads are given for texts that hold their prompt; the options add another",
+                               "leads")
+        if not isinstance(leads, (list, tuple)) or len(leads) != n_texts or \
+                not all(type(n) is int and n >= 0 for n in leads):
+            raise OptionsError(f"leads must be {n_texts} whole numbers >= 0, one a text", "leads")
+        return [0] * n_texts if self.include_prompt else list(leads)
 
     def check_prompt_room(self, prefix: str, options: EmbedOptions, limit: int | None,
                           tokenizer: Tokenizer | None = None, length: PromptLength | None = None) -> None:
@@ -346,6 +359,14 @@ def embed(texts, model, tokenizer: Tokenizer | None = None, batch_size: int = 32
     texts = checked_texts(texts)  # before the model is read
     encoder = _encoder(model, checked_tokenizer(tokenizer))  # embed_with checks max_length (_limit)
     return encoder.embed_with(texts, options, batch_size, progress=progress).tensor()
+
+
+def _one_max_length(max_length: int | None, options: EmbedOptions) -> int | None:
+    """embed_with's max_length: the argument's or the options' (an OptionsError where both are given)."""
+    if max_length is not None and options.max_length not in (None, max_length):
+        raise OptionsError(f"max_length={max_length}, and the options' max_length={options.max_length}: "
+                           "give it once", "max_length")
+    return options.max_length if max_length is None else max_length
 
 
 def _share(progress, n_texts: int, n_pieces: int):

@@ -34,8 +34,18 @@ POOLINGS = {
 }
 
 
-def without_first(mask: torch.Tensor, skip: int) -> torch.Tensor:
-    """The attention mask with each row's first `skip` kept tokens left out (padding on either side)."""
+def without_first(mask: torch.Tensor, skip) -> torch.Tensor:
+    """The attention mask with each row's first `skip` kept tokens left out (padding on either side); skip:
+    one number for every row, or a (B,) tensor of one a row (a batch mixes texts of different prompts)."""
     first = mask.int().argmax(1, keepdim=True)
     at = torch.arange(mask.shape[1], device=mask.device)[None, :]
-    return mask.masked_fill(at < first + skip, 0)
+    return mask.masked_fill(at < first + (skip[:, None] if torch.is_tensor(skip) else skip), 0)
+
+
+def pooling_mask(mask: torch.Tensor, skip, rows: list) -> torch.Tensor:
+    """The mask the poolings read for a batch of the texts at `rows`: each row's first kept tokens left out,
+    `skip` of them (SentenceEncoder.encode's: one number for every text, or a list of one a text)."""
+    if isinstance(skip, list):
+        skip = torch.tensor([skip[i] for i in rows], device=mask.device)
+        return without_first(mask, skip) if bool(skip.any()) else mask
+    return without_first(mask, skip) if skip else mask

@@ -111,7 +111,8 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
     try:
         prefix = prompt_of(options, served.encoder.prompts, served.encoder.default_prompt)
         # as lmforge.embed refuses it, counted by the event loop's tokenizer (the workers' waits on a lock)
-        served.encoder.check_prompt_room(prefix, options, bound.tokens, served.front)
+        length = served.encoder.prompt_length(prefix, served.front) if prefix else None
+        served.encoder.check_prompt_room(prefix, options, bound.tokens, length=length)
         options = dataclasses.replace(options, prompt="", prompt_name=None)  # the prefix is in the texts now
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
@@ -121,7 +122,10 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
         raise RequestError(422, f"an input is more than max_chunks={options.chunk_limit()} windows of "
                            f"{bound.tokens} tokens", param="max_chunks")
     lengths = fit_lengths(counts, most, bool(options.truncate), server.limits)
-    parts = [({"texts": run, "options": options}, n, len(run))
+    # the prompt's leading tokens, which the worker leaves out of the pooling where the model does (its
+    # options carry no prompt: a batch mixes requests of different prompts, each text with its own lead)
+    lead = 0 if length is None or served.encoder.include_prompt else length.lead
+    parts = [({"texts": run, "options": options, "leads": [lead] * len(run)}, n, len(run))
              for run, n in split(texts, lengths, server.limits)]
     results = await server.run("embed", served, parts, key=("embed", served.name, repr(options)),
                                interleave=True)

@@ -205,3 +205,18 @@ def test_leads_leave_each_texts_own_prompt_out_in_one_call(tmp_path):
         with pytest.raises(OptionsError) as err:
             encoder.embed_with(["a", "b"], options, leads=bad)
         assert err.value.field == "leads"
+
+
+def test_counts_given_are_the_tokens_said_and_bad_ones_are_refused(tmp_path):
+    """embed_with(counts=): the caller's counts (the server's route) stand for a second count; checked."""
+    from lmforge.pipelines.embed import SentenceEncoder
+
+    encoder = SentenceEncoder.from_dir(tiny_st_dir(tmp_path, {"pooling_mode": "mean"}))
+    texts = ["abc def", "a"]
+    own = encoder.embed_with(texts)
+    given = encoder.embed_with(texts, counts=list(own.tokens))
+    assert given.tokens == own.tokens == [8, 3] and torch.equal(given.vectors, own.vectors)
+    for bad in ([1], [1, -1], [1, 2.0], "ab"):
+        with pytest.raises(OptionsError) as err:
+            encoder.embed_with(texts, counts=bad)
+        assert err.value.field == "counts"

@@ -127,3 +127,19 @@ def test_embed_tokenises_the_prompt_alone_once_a_request_on_the_event_loop(faces
         answer = client.post("/embed", json={"texts": [TEXT, "a dog"], "prompt": prompt, "truncate": True})
     assert answer.status_code == 200, answer.text
     assert alone.count(prompt) == 1, alone
+
+
+def test_embed_counts_each_text_once_on_the_event_loop(faces):
+    """The route counts each text (its 413s, the batch budget) and the job carries the counts: the workers'
+    tokenizer counted every text a second time before it encoded the batch."""
+    path, _ = faces
+    served, texts, counted = load_served("embed", path), [TEXT, "a dog"], {"front": [], "worker": []}
+    for name, tokenizer in (("front", served.front), ("worker", served.tokenizer)):
+        was = tokenizer.encode
+        tokenizer.encode = lambda text, *a, was=was, name=name, **kw: counted[name].append(text) or \
+            was(text, *a, **kw)
+    with TestClient(create_app({"embed": served}, threads=1)) as client:
+        answer = client.post("/embed", json={"texts": texts, "truncate": True})
+    assert answer.status_code == 200, answer.text
+    assert sorted(counted["front"]) == sorted(texts) and counted["worker"] == [], counted
+    assert [i["tokens"] for i in answer.json()["inputs"]] == [len(served.front.encode(t).ids) for t in texts]

@@ -197,12 +197,14 @@ class SentenceEncoder:
         return out
 
     def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32,
-                   max_length: int | None = None, progress=None, leads: list | None = None) -> "Embedded":
+                   max_length: int | None = None, progress=None, leads: list | None = None,
+                   counts: list | None = None) -> "Embedded":
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
         dimensions, normalisation), with each text's tokens read and whether it was cut; max_length: the
         tokens a text may have (default: the model's limit), as in `encode`, or the options' max_length (one
         of the two); progress: as encode's; leads: each text's PromptLength.lead, for texts that begin with
-        their prompt already (the server's: options without one)."""
+        their prompt already (the server's: options without one); counts: each text's tokens, counted by the
+        caller with this tokenizer on the text encode reads (the server's route), so not counted again."""
         options, progress = options or EmbedOptions(), checked_progress(progress)
         check_dimensions(options, self.model.config.d_model * len(self.pooling))  # before any text is read
         max_length = _one_max_length(max_length, options)
@@ -212,14 +214,11 @@ class SentenceEncoder:
         limit = self._limit(max_length)
         length = self.prompt_length(prefix) if prefix else None  # once: the room check's, the pooling's
         self.check_prompt_room(prefix, options, limit, length=length)
-        counts = [len(self.tokenizer.encode(t).ids) for t in texts]
+        counts = [len(self.tokenizer.encode(t).ids) for t in texts] if counts is None else \
+            _per_text("counts", counts, len(texts))
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
-        skip = self._skip(leads, length, len(texts), prefix)
-        if any(skip) and len(pieces) != len(texts):
-            raise OptionsError('truncate="chunk": only a text\'s first window holds the prompt, which this '
-                               "model leaves out of its pooling (include_prompt false); send truncate=true",
-                               "truncate")
+        skip = self._skip(leads, length, len(texts), prefix, windowed=len(pieces) != len(texts))
         if progress is not None and len(pieces) != len(texts):  # windows: the share of the texts done
             progress = _share(progress, len(texts), len(pieces))
         # skip is one a text, which are the pieces where any is left out (windowed texts were refused)
@@ -236,18 +235,21 @@ class SentenceEncoder:
         read = [limit if cut else n for n, cut in zip(counts, truncated)]
         return Embedded(vectors.float().cpu(), read, truncated, chunks, options, self.path)
 
-    def _skip(self, leads: list | None, length: PromptLength | None, n_texts: int, prefix: str) -> list:
+    def _skip(self, leads: list | None, length: PromptLength | None, n: int, prefix: str,
+              windowed: bool) -> list:
         """Each text's leading tokens the pooling leaves out: none where the model includes the prompt, else
-        the prompt's lead, or embed_with's `leads` (checked: whole numbers >= 0, one a text, no prompt)."""
-        if leads is None:
-            return [0 if self.include_prompt or length is None else length.lead] * n_texts
-        if prefix:
+        the prompt's lead, or embed_with's `leads` (checked: whole numbers >= 0, one a text, no prompt);
+        refused where a text is `windowed` (its later windows do not begin with the prompt)."""
+        if leads is not None and prefix:
             raise OptionsError("leads are given for texts that hold their prompt; the options add another",
                                "leads")
-        if not isinstance(leads, (list, tuple)) or len(leads) != n_texts or \
-                not all(type(n) is int and n >= 0 for n in leads):
-            raise OptionsError(f"leads must be {n_texts} whole numbers >= 0, one a text", "leads")
-        return [0] * n_texts if self.include_prompt else list(leads)
+        found = [length.lead if length else 0] * n if leads is None else _per_text("leads", leads, n)
+        skip = [0] * n if self.include_prompt else found
+        if any(skip) and windowed:
+            raise OptionsError('truncate="chunk": only a text\'s first window holds the prompt, which this '
+                               "model leaves out of its pooling (include_prompt false); send truncate=true",
+                               "truncate")
+        return skip
 
     def check_prompt_room(self, prefix: str, options: EmbedOptions, limit: int | None,
                           tokenizer: Tokenizer | None = None, length: PromptLength | None = None) -> None:
@@ -367,6 +369,14 @@ def _one_max_length(max_length: int | None, options: EmbedOptions) -> int | None
         raise OptionsError(f"max_length={max_length}, and the options' max_length={options.max_length}: "
                            "give it once", "max_length")
     return options.max_length if max_length is None else max_length
+
+
+def _per_text(name: str, values, n_texts: int) -> list:
+    """embed_with's `leads` or `counts`, checked: a whole number >= 0 for each text (an OptionsError)."""
+    if not isinstance(values, (list, tuple)) or len(values) != n_texts or \
+            not all(type(n) is int and n >= 0 for n in values):
+        raise OptionsError(f"{name} must be {n_texts} whole numbers >= 0, one a text", name)
+    return list(values)
 
 
 def _share(progress, n_texts: int, n_pieces: int):

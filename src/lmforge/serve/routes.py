@@ -125,8 +125,11 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
     # the prompt's leading tokens, which the worker leaves out of the pooling where the model does (its
     # options carry no prompt: a batch mixes requests of different prompts, each text with its own lead)
     lead = 0 if length is None or served.encoder.include_prompt else length.lead
-    parts = [({"texts": run, "options": options, "leads": [lead] * len(run)}, n, len(run))
-             for run, n in split(texts, lengths, server.limits)]
+    # the counts go along, so the worker does not count again (a lowercasing model's: counted as it reads)
+    sent = None if served.encoder.lowercase else counts
+    parts = [({"texts": [texts[i] for i in run], "options": options, "leads": [lead] * len(run),
+               "counts": None if sent is None else [sent[i] for i in run]}, n, len(run))
+             for run, n in split(list(range(len(texts))), lengths, server.limits)]
     results = await server.run("embed", served, parts, key=("embed", served.name, repr(options)),
                                interleave=True)
     found = [v for part in results for v in part]

@@ -91,3 +91,27 @@ def test_a_shipped_plan_s_name_is_no_path_so_an_out_of_that_name_resumes(tmp_pat
     monkeypatch.chdir(tmp_path)
     for _ in range(2):
         assert main(["bakeoff", "--plan", "tiny", "--out", "tiny", "--dry-run"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["report.json", "schedule.json", "built.json", "results.jsonl",
+                                  "mlm/plan.json"])
+def test_a_plan_kept_in_out_under_a_name_the_run_writes_is_refused_and_left_as_it_was(tmp_path, capsys, name):
+    """--plan o/report.json --out o: the run wrote its report over the plan it read (exit 0); refused now,
+    exit 2 with one line naming both, before anything is written."""
+    plan = tmp_path / "o" / name
+    plan.parent.mkdir(parents=True)
+    plan.write_text(json.dumps(TINY))
+    assert main(["bakeoff", "--plan", str(plan), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--plan" in err and "--out" in err, err
+    assert json.loads(plan.read_text()) == TINY
+    assert sorted(p.name for p in (tmp_path / "o").rglob("*")) == sorted(set(name.split("/"))), "written"
+
+
+def test_a_plan_kept_in_out_under_a_name_of_its_own_still_runs(tmp_path, capsys):
+    """A plan beside its run (o/plan.json), a name the run never writes, is read as before."""
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "plan.json").write_text(json.dumps(TINY))
+    args = ["bakeoff", "--plan", str(tmp_path / "o" / "plan.json"), "--out", str(tmp_path / "o"), "--dry-run"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "o" / "plan.json").read_text()) == TINY

@@ -45,6 +45,16 @@ def _seeds(text: str | None, plan):
         raise UsageError(str(err)) from None
 
 
+def out_names(plan) -> tuple:
+    """The names a bake-off of `plan` writes at the top of its --out: its files and folders, and a folder
+    for each arm's runs."""
+    from lmforge.bakeoff.results import BUILT, RESULTS
+    from lmforge.bakeoff.runner import LOG
+
+    return (RESULTS, BUILT, LOG, "schedule.json", "report.md", "report.json", "learning_curves.png",
+            "corpus", "tasks", "tokenizers", *(arm.name for arm in plan.arms))
+
+
 def cmd_bakeoff(args) -> None:
     """Run (or resume) a plan under --out, then write its report."""
     from lmforge.bakeoff import PlanError, plan_file
@@ -52,11 +62,12 @@ def cmd_bakeoff(args) -> None:
     from lmforge.bakeoff.results import RESULTS
     from lmforge.bakeoff.runner import BakeOff
 
-    # the file read: a shipped plan's name is no path (--plan electra --out electra resumes its run)
     # under torchrun main has refused it (utils.ranks.one_process): each rank would run every arm, at
     # world-size x the FLOPs its budgets count
-    refuse_overwrite(args.out, ("--plan", plan_file(args.plan)))
     plan = _seeds(args.seeds, _plan(args))
+    # the file read: a shipped plan's name is no path (--plan electra --out electra resumes its run); one
+    # kept in --out under a name the run writes (report.json, an arm's folder) would be written over
+    refuse_overwrite(args.out, ("--plan", plan_file(args.plan)), writes=out_names(plan))
     if args.report and not any(Path(args.out, name).exists() for name in ("schedule.json", RESULTS)):
         raise UsageError(f"--out {args.out}: no bake-off has run there (no schedule.json, no {RESULTS}): run "
                          "the plan (or --dry-run) first")  # a report of nothing, in a folder it made

@@ -112,4 +112,5 @@ def test_bad_stop_strings_are_refused_naming_the_argument(decoder, call, field):
     with pytest.raises(OptionsError) as err:
         lmforge.generate(model, torch.tensor([[5, 6]]), max_new_tokens=2, **call)
     assert err.value.field == field and "\n" not in str(err.value)
+    assert field in str(err.value)  # the message names it too: "a stop string is empty" said not which
     assert isinstance(err.value, StopLimitError) == (len(call["stop_strings"]) > MAX_STOP)

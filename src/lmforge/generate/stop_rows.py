@@ -51,8 +51,13 @@ def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptio
     """The StopRows of a call's returned rows (each input's num_return_sequences in turn), None without stop
     strings: a decoder's new ids join their prompt's (its padding left out), an encoder-decoder's answer
     starts a text of its own. An OptionsError naming what is wrong: stop_strings (check_stops), a tokenizer
-    missing, or a pad token missing for the rows of a greedy or sampled batch that end first."""
-    stops = check_stops(stop_strings, field="stop_strings")
+    missing, or a pad token missing for the rows of a greedy or sampled batch that end first (check_stops'
+    messages begin with the field: "stop_strings.1: a stop string is empty ...")."""
+    try:
+        stops = check_stops(stop_strings, field="stop_strings")
+    except OptionsError as err:  # the rule's words name no face's argument: --stop's are prefixed with the
+        err.args = (f"{err.field}: {err}",)  # flag, the server's carry the param; here, the argument
+        raise
     if not stops:
         return None
     if not callable(getattr(tokenizer, "decode", None)):

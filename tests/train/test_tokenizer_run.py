@@ -34,3 +34,21 @@ def test_a_tokenizer_saved_before_its_record_was_kept_is_the_runs_own(tmp_path):
     got = run_tokenizer(tmp_path, "bert", docs, 200)
     retrained = default_tokenizer("bert", docs, 200)
     assert got.backend.get_vocab() == mine.backend.get_vocab() != retrained.backend.get_vocab()
+
+
+def test_a_runs_tokenizer_whose_checksums_were_removed_is_refused_not_read_unverified(tmp_path):
+    """A run's tokenizer kept its checksums (sha256.json) with its record (trained_on.json); with the
+    checksums gone, a changed vocabulary entry was read unsaid (as a tokenizer from before checksums is)."""
+    from lmforge.tokenizer import TokenizerError
+
+    docs = list(documents(30, seed=1))
+    run_tokenizer(tmp_path, "bert", docs, 200)
+    folder = tmp_path / "tokenizer"
+    (folder / "sha256.json").unlink()
+    text = (folder / "tokenizer.json").read_text(encoding="utf-8")
+    assert '"the":' in text
+    (folder / "tokenizer.json").write_text(text.replace('"the":', '"thd":', 1), encoding="utf-8")
+    with pytest.raises(TokenizerError) as refused:
+        run_tokenizer(tmp_path, "bert", docs, 200)
+    said = str(refused.value)
+    assert "\n" not in said and str(folder / "sha256.json") in said and "missing" in said

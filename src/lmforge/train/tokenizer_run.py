@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lmforge.objectives.registry import TOKENIZER_KINDS
 from lmforge.tokenizer import load_tokenizer
+from lmforge.tokenizer.wrapper import SUMS_FILE, TokenizerError
 from lmforge.utils.atomic import atomic_write_text, replace_dir
 
 # beside the tokenizer's files: the family, vocab_size and corpus it was trained on
@@ -57,6 +58,16 @@ def _holds(path: Path, source: dict) -> bool:
         return False
 
 
+def unsealed(path: Path) -> None:
+    """TokenizerError naming SUMS_FILE where a run's tokenizer has its record (TRAINED_ON) but not its
+    checksums: every run that kept the record kept them too (Tokenizer.save), so they were removed, and
+    load_tokenizer would read the files unverified (as it reads one saved before checksums were kept)."""
+    if (path / TRAINED_ON).exists() and not ((path / SUMS_FILE).exists() or (path / SUMS_FILE).is_symlink()):
+        raise TokenizerError(f"{path / SUMS_FILE}: missing beside {TRAINED_ON} (the run's tokenizer was "
+                             f"written with its checksums: damaged or changed); remove {path} to train it "
+                             "again")
+
+
 def _save(tokenizer, source: dict, folder: Path) -> None:
     tokenizer.save(folder)
     atomic_write_text(folder / TRAINED_ON, json.dumps(source, indent=2) + "\n")
@@ -81,6 +92,7 @@ def pending_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: flo
     docs = list(docs)  # read twice: its checksum, then the training (documents() is a generator)
     path, source = Path(out) / "tokenizer", trained_on(family, docs, vocab_size)
     if _holds(path, source):
+        unsealed(path)
         return load_tokenizer(path), already_kept  # verified (Tokenizer.save kept its checksums)
     if not first_rank():  # waits for this corpus's: a stale one is being replaced by rank 0
         deadline = time.monotonic() + wait_s
@@ -88,6 +100,7 @@ def pending_tokenizer(out, family: str, docs: list, vocab_size: int, wait_s: flo
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rank 0 wrote no tokenizer to {path} in {wait_s:.0f} s")
             time.sleep(0.2)
+        unsealed(path)
         return load_tokenizer(path), already_kept
     tokenizer = default_tokenizer(family, docs, vocab_size)
     # other ranks see the whole directory (files, checksums, what it was trained on) or nothing

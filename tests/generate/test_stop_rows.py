@@ -8,6 +8,7 @@ import torch
 
 import lmforge
 from lmforge.config.options import OptionsError
+from lmforge.generate import stop_rule
 from lmforge.generate.options import GenerationOptions
 from lmforge.generate.stops import MAX_STOP, StopLimitError, TextTail, generate_until_stop
 from lmforge.generate.text import continuation
@@ -81,6 +82,16 @@ def test_a_stop_string_never_met_changes_nothing(decoder):
     free = lmforge.generate(model, ids, max_new_tokens=8)
     never = lmforge.generate(model, ids, max_new_tokens=8, stop_strings="\u2603", tokenizer=tok)
     assert torch.equal(never, free)
+
+
+@pytest.mark.parametrize("beams", [1, 2])
+def test_a_batch_s_rows_only_seek_nothing_is_held_back_for_a_stream(decoder, monkeypatch, beams):
+    model, tok = decoder
+    held = []  # stop_rule.held: what a stream holds back, each step, sought in every stop string's prefixes
+    monkeypatch.setattr(stop_rule, "held", lambda text, stops: held.append(text) or 0)
+    out = lmforge.generate(model, torch.tensor([[5, 6, 7], [8, 9, 10]]), max_new_tokens=8, pad_token_id=PAD,
+                           num_beams=beams, stop_strings=["\u2603" * 200], tokenizer=tok)
+    assert held == [] and out.shape == (2, 11)  # nothing is shown: a row's text is only sought
 
 
 def test_an_encoder_decoder_s_answer_is_its_own_text():

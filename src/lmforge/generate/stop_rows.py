@@ -32,7 +32,7 @@ class StopRows:
         the rows not `done` before it (a finished row's padding is no text of its own)."""
         for tail, token, finished in zip(self.tails, chosen.tolist(), done.tolist()):
             if not finished:
-                tail.push(token)
+                tail.seek(token)  # nothing is shown: push's hold-back (held, at every step) would be waste
         return torch.tensor([tail.stopped for tail in self.tails], device=chosen.device)
 
     def cut(self, out: torch.Tensor, start: int, eos, fill: int) -> torch.Tensor:

@@ -78,9 +78,10 @@ class TextTail:
         self.shown, self.text, self.stopped = "", "", False
         self.longest = max(map(len, self.stops), default=0)
 
-    def push(self, token: int) -> str:
-        """Add one id; returns the text newly safe to show (maybe ""), joined to the `context` ids before
-        it (a decoder's prompt) as generate/text.py joins it."""
+    def seek(self, token: int) -> str:
+        """Add one id, seeking the stop strings only (nothing is shown: lmforge.generate's rows); returns
+        the text so far, cut before a stop string that appeared, joined to the `context` ids before it (a
+        decoder's prompt) as generate/text.py joins it."""
         # a stop string wholly in the settled text was there, and sought, at an earlier step
         start = max(len(self.joined.settled) - self.longest + 1, 0)
         text = self.joined.push(token)
@@ -88,6 +89,12 @@ class TextTail:
         if cut >= 0:
             self.stopped, text = True, text[:cut]
         self.text = text
+        return text
+
+    def push(self, token: int) -> str:
+        """Add one id (seek); returns the text newly safe to show (maybe ""): the part that could still
+        begin a stop string, or half a character, is held back."""
+        text = self.seek(token)
         if not text.startswith(self.shown):  # a join changed earlier text: wait until it settles
             return ""
         safe = len(text) if self.stopped else len(text) - held(text, self.stops)
@@ -104,7 +111,7 @@ class TextTail:
             self.text = self.joined.text()
             return list(ids)
         for at, token in enumerate(ids):
-            self.push(token)
+            self.seek(token)  # nothing is shown as they come: the text is read whole (.text)
             if self.stopped:  # the ids and their count end where the text does, as a greedy run's
                 return list(ids[:at + 1])
         return list(ids)

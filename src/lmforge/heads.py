@@ -17,6 +17,7 @@ from lmforge.config.options import checked_argument, refuse_unknown
 from lmforge.layers.feedforward import ACTIVATIONS, FeedForward, activation
 from lmforge.layers.norms import make_norm
 from lmforge.model import init_weights
+from lmforge.utils.errors import shown
 
 
 class LMHead(nn.Module):
@@ -195,7 +196,7 @@ def _checked_arguments(kind: str, args: dict) -> dict:
 def make_head(model: nn.Module, kind: str, **args) -> nn.Module:
     """Build a head of `kind` for `model` (not yet attached)."""
     if not isinstance(kind, str) or kind not in HEADS:
-        raise ConfigError(f"head kind {kind!r:.40} is not one of {', '.join(HEADS)}", "kind")
+        raise ConfigError(f"head kind {shown(kind)} is not one of {', '.join(HEADS)}", "kind")
     head = HEADS[kind](model, **_checked_arguments(kind, args))
     init_weights(head)
     return head
@@ -207,5 +208,5 @@ def attach(model: nn.Module, kind: str, name: str | None = None, **args) -> nn.M
         raise ConfigError(f"model must be an lmforge model (lmforge.build, lmforge.load), got "
                           f"{type(model).__name__}", "model")
     if name is not None and not (isinstance(name, str) and name.strip() and "." not in name):
-        raise ConfigError(f"name must be a head's name (text without a dot), got {name!r:.40}", "name")
+        raise ConfigError(f"name must be a head's name (text without a dot), got {shown(name)}", "name")
     return model.add_head(name or kind, make_head(model, kind, **args))

@@ -18,6 +18,7 @@ from lmforge.generate.text import tokenizer_ids
 from lmforge.layers.inspection import inspecting
 from lmforge.model import Transformer
 from lmforge.utils.modes import evaluating
+from lmforge.utils.errors import shown
 
 
 def view_depth(model: Transformer) -> int:
@@ -65,7 +66,7 @@ def _layers(model: Transformer, layers) -> object:
     try:
         chosen = frozenset(int(i) for i in ([layers] if isinstance(layers, int) else layers))
     except (TypeError, ValueError):  # int(None): Python's words, naming nothing
-        raise OptionsError(f"layers must be 'all', a layer index or a list of them, got {layers!r:.60}",
+        raise OptionsError(f"layers must be 'all', a layer index or a list of them, got {shown(layers)}",
                            "layers") from None
     depth = view_depth(model)
     bad = sorted(i for i in chosen if not 0 <= i < depth)

@@ -46,6 +46,7 @@ from lmforge.tokenizer.train import TokenizerOptions
 from lmforge.train.config import MAX_STEPS
 from lmforge.utils import jsontext
 from lmforge.utils.yamltext import load_yaml
+from lmforge.utils.errors import shown
 
 CORPUS_SOURCES = ("gcide", "foldoc", "jargon", "builtin", "files")
 TASK_SOURCES = ("gcide-pos", "foldoc-topic", "builtin")
@@ -176,7 +177,7 @@ def bounded(value, where: str, bound: str, integer: bool = True):
 
 def _name(value, where: str) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
-        _fail(where, f"must be a name of at most 100 letters, digits, _ . + - (got {value!r:.100})")
+        _fail(where, f"must be a name of at most 100 letters, digits, _ . + - (got {shown(value, 100)})")
     return value
 
 
@@ -225,7 +226,7 @@ def _arm(value, where: str) -> Arm:
               "give exactly one of preset, continue_from (another arm) or model (a checkpoint)")
     if arm.get("model") is not None and not (isinstance(arm["model"], str) and arm["model"].strip()):
         _fail(f"{where}.model", f"must be a checkpoint's folder or an installed model's name, got "
-                                f"{arm['model']!r:.100}")
+                                f"{shown(arm['model'], 100)}")
     if arm.get("pretrain", True) not in (True, False):
         _fail(f"{where}.pretrain", f"must be true or false, got {arm['pretrain']!r}")
     if arm.get("model") is not None and arm["overrides"]:

@@ -44,6 +44,7 @@ from lmforge.train.data import derive_seed
 from lmforge.train.run_folder import run_folder
 from lmforge.utils.checksum import model_fingerprint
 from lmforge.utils.ranks import one_process
+from lmforge.utils.errors import shown
 
 KINDS = ("cls", "pair")  # tasks whose logits are pooled from an encoder's hidden states
 LOSS = ("temperature", "alpha", "gamma")  # the loss's options: key=value ones, reported as "loss"
@@ -86,7 +87,7 @@ def student_preset(name) -> str:
     """`name` where it is a Transformer preset a student can be; else an OptionsError naming student, with
     the closest presets (closest_preset), on every face (DistillConfig; make_student, called alone)."""
     if not isinstance(name, str) or name not in PRESETS:  # a list (unhashable, `in` would raise): no preset
-        raise OptionsError(f"student={name!r:.40} is not a preset{closest_preset(str(name))}", "student")
+        raise OptionsError(f"student={shown(name)} is not a preset{closest_preset(str(name))}", "student")
     return name
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from lmforge.utils.errors import OptionsError
+from lmforge.utils.errors import OptionsError, elided
 
 INLINE = 90  # known names this short all together are listed in the line itself
 CLIP = 30  # an unknown name is shown this long at most (a file's key can be any text)
@@ -47,23 +47,18 @@ def listed_at(cls) -> str:
     return LISTED.get(cls.__name__) or f"help({cls.__module__}.{cls.__qualname__})"
 
 
-def _clip(name) -> str:
-    text = str(name)
-    return text if len(text) <= CLIP else text[:CLIP - 3] + "..."
-
-
 def unknown_message(unknown, known, noun: str = "option", listed: str = "") -> str:
     """One line for the names `unknown` that are not `known`: "unknown NOUN n_layer; did you mean
     n_layers? (all: lmforge options model)". The first unknown name with a close known name gets the
     suggestion; the known names are listed where they are short, else `listed` says where they are."""
     names, known = sorted(map(str, unknown)), sorted(map(str, known))
-    shown = ", ".join(_clip(name) for name in names[:SHOWN])
+    shown = ", ".join(elided(str(name), CLIP) for name in names[:SHOWN])
     more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
     line = f"unknown {noun}{'s' if len(names) > 1 else ''} {shown}{more}"
     for name in names:
         close = close_names(name, known)
         if close:
-            whose = f"{_clip(name)}: " if len(names) > 1 else ""
+            whose = f"{elided(str(name), CLIP)}: " if len(names) > 1 else ""
             line += f"; {whose}did you mean {', '.join(close)}?"
             break
     every = ", ".join(known) or "none"

@@ -31,6 +31,7 @@ from lmforge.config import ConfigError, ModelConfig
 from lmforge.elmo import ELMo
 from lmforge.presets import ELMO
 from lmforge.utils import jsontext
+from lmforge.utils.errors import shown
 
 LSTM = "RNN_{j}/RNN/MultiRNNCell/Cell{l}/LSTMCell/"
 TF_TO_OURS = (0, 2, 1, 3)  # our gate g takes TF's block 2 (f), ... : (i, j, f, o) -> (i, f, j, o)
@@ -70,7 +71,7 @@ def read_options(path) -> ModelConfig:
     skip = options["lstm"].get("use_skip_connections")
     if skip is not None and not isinstance(skip, bool):  # bool() took "false" and 1.5 as true
         raise AllenNLPFormatError(f"{path}: lstm.use_skip_connections must be true or false, "
-                                  f"got {skip!r:.40}")
+                                  f"got {shown(skip)}")
     values["skip_connections"] = bool(skip)
     values["vocab_size"] = options.get("n_tokens_vocab", ELMO["vocab_size"])
     try:

@@ -9,6 +9,7 @@ import torch
 from lmforge.config import SPECIAL_TOKENS, ConfigError
 from lmforge.convert.keymap import Rule, linear
 from lmforge.io.labels import n_labels
+from lmforge.utils.errors import shown
 
 # reference activation names -> lmforge ffn values (non-gated)
 # gelu_python: the same exact (erf) GELU, written in Python
@@ -41,7 +42,7 @@ def flag(hf: dict, name: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, got {value!r:.40}", name)
+        raise ConfigError(f"{name} must be true or false, got {shown(value)}", name)
     return value
 
 

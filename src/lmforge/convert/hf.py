@@ -23,6 +23,7 @@ from lmforge.io.files import describe_read_error, load_state_strict, save_tensor
 from lmforge.io.labels import ACTIVATION_FNS, HeadLabels, n_outputs
 from lmforge.model import Transformer, from_config
 from lmforge.utils import jsontext
+from lmforge.utils.errors import shown
 
 # one module per reference family under lmforge/convert/, each defining FAMILY
 MODULES = (
@@ -159,7 +160,7 @@ def hf_model_config(hf: dict) -> tuple:
                           "model_type")
     if architectures is not None and not (isinstance(architectures, list)
                                           and all(isinstance(a, str) for a in architectures)):
-        raise ConfigError(f"architectures must be a list of class names, got {architectures!r:.60}",
+        raise ConfigError(f"architectures must be a list of class names, got {shown(architectures)}",
                           "architectures")
     family = FAMILIES[model_type]
     try:

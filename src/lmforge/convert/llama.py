@@ -14,6 +14,7 @@ from lmforge.convert.family import (Family, decoder_head_rules, decoder_task_hea
                                     special_tokens_of, tied_by_weights)
 from lmforge.convert.keymap import Rule
 from lmforge.presets import LLAMA
+from lmforge.utils.errors import shown
 
 
 def _rope_params(hf: dict) -> tuple:
@@ -23,7 +24,7 @@ def _rope_params(hf: dict) -> tuple:
     field = "rope_scaling" if hf.get("rope_scaling") else "rope_parameters"
     params = hf.get(field) or {}
     if not isinstance(params, dict):
-        raise ConfigError(f"{field} must be a mapping {{rope_type: ..., ...}}, got {params!r:.60}", field)
+        raise ConfigError(f"{field} must be a mapping {{rope_type: ..., ...}}, got {shown(params)}", field)
     params = {"rope_theta": hf.get("rope_theta", 10000.0), **params}
     if hf.get("partial_rotary_factor") is not None:
         params.setdefault("partial_rotary_factor", hf["partial_rotary_factor"])
@@ -33,7 +34,7 @@ def _rope_params(hf: dict) -> tuple:
 def _number(params: dict, key: str, field: str) -> float:
     value = params[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{field}'s {key} must be a number, got {value!r:.40}", field)
+        raise ConfigError(f"{field}'s {key} must be a number, got {shown(value)}", field)
     return float(value)
 
 

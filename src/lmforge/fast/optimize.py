@@ -47,6 +47,7 @@ from lmforge.layers.execution import PLAIN
 from lmforge.layers.feedforward import FeedForward
 from lmforge.quant.int8_ffn import fused_feedforward
 from lmforge.utils.hooks import hooked
+from lmforge.utils.errors import shown
 
 
 def activate(act, h: torch.Tensor, producer: nn.Module | None = None) -> torch.Tensor:
@@ -124,7 +125,7 @@ def optimize(model: nn.Module, enabled: bool = True, paths: FastPaths | None = N
     if not isinstance(model, nn.Module):
         raise OptionsError(f"optimize takes a model (a torch.nn.Module), got {type(model).__name__}", "model")
     if not isinstance(enabled, bool):  # "no" would switch everything on
-        raise OptionsError(f"enabled must be true or false, got {enabled!r:.40}", "enabled")
+        raise OptionsError(f"enabled must be true or false, got {shown(enabled)}", "enabled")
     if paths is not None and not isinstance(paths, FastPaths):
         raise OptionsError(f"paths must be a FastPaths, got {type(paths).__name__}", "paths")
     if not enabled:

@@ -24,6 +24,7 @@ from lmforge.io.files import CheckpointError
 from lmforge.utils import jsontext
 from lmforge.utils.atomic import atomic_write_text
 from lmforge.utils.jsonfile import json_object
+from lmforge.utils.errors import shown
 
 MAX_NEW_TOKENS = 4096  # new tokens one request may ask for (a server's Limits may ask fewer)
 MAX_BEAMS = 64  # running hypotheses per input: memory grows with num_beams x length x vocabulary
@@ -97,7 +98,7 @@ class GenerationOptions:
         if not isinstance(self.early_stopping, (bool, str)) or self.early_stopping not in EARLY_STOPPING:
             # a server's client sends any text: its first 40 characters keep the refusal one short line
             raise OptionsError('early_stopping must be true, false or "never", got '
-                               f"{self.early_stopping!r:.40}", "early_stopping")
+                               f"{shown(self.early_stopping)}", "early_stopping")
         check_options(self)
         for name, least, most in (("eos_token_id", 1, MAX_BEAMS), ("suppress_tokens", 0, MAX_VOCAB)):
             _check_ids(name, getattr(self, name), least, most)

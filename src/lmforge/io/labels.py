@@ -22,6 +22,7 @@ from lmforge.config.options import OptionsError
 from lmforge.io.files import CheckpointError
 from lmforge.io.native import FORMAT, read_json_object
 from lmforge.utils.model_folder import check_recorded
+from lmforge.utils.errors import shown
 
 TASK_FILE = "task.json"
 # the values of a Hugging Face config's problem_type (transformers' ForSequenceClassification)
@@ -59,7 +60,7 @@ def id2label_order(where, id2label: dict, error=ValueError) -> list:
     if not all(str(k).isdigit() for k in id2label):
         raise error(f"{where}: id2label keys must be label numbers, got {sorted(id2label)[:3]}")
     if not all(map(is_label, id2label.values())):
-        raise error(f"{where}: id2label values must be label names, got {list(id2label.values())!r:.40}")
+        raise error(f"{where}: id2label values must be label names, got {shown(list(id2label.values()))}")
     numbers = sorted(int(k) for k in id2label)
     if numbers != list(range(len(numbers))):
         raise error(f"{where}: id2label keys must be the outputs 0..{len(numbers) - 1}, got "
@@ -85,7 +86,7 @@ def n_labels(hf: dict) -> int:
     if n is None:  # absent or null: the reference's default
         return 2
     if type(n) is not int or n < 1:  # the reference refuses these too ("3", 3.0, true)
-        raise ConfigError(f"num_labels must be a positive integer, got {n!r:.40}", "num_labels")
+        raise ConfigError(f"num_labels must be a positive integer, got {shown(n)}", "num_labels")
     return n
 
 
@@ -143,7 +144,7 @@ def _names(where, value, field: str, mapping: bool = False) -> tuple | None:
         value = id2label_order(where, value, CheckpointError)
     if not (isinstance(value, list) and all(map(is_label, value))):
         raise CheckpointError(f"{where}: \"{field}\" must be a list of labels (text or numbers), "
-                              f"not {value!r:.40}")
+                              f"not {shown(value)}")
     return tuple(map(str, value)) or None
 
 
@@ -156,9 +157,9 @@ def task_fields(where, info: dict) -> dict:
         raise CheckpointError(f"{where}: \"kind\" is {said}: a task.json names its task kind (or a reference "
                               f"head's \"kinds\")")
     if kind is not None and not isinstance(kind, str):
-        raise CheckpointError(f"{where}: \"kind\" must be a task kind, not {kind!r:.40}")
+        raise CheckpointError(f"{where}: \"kind\" must be a task kind, not {shown(kind)}")
     if kinds is not None and not (isinstance(kinds, list) and all(isinstance(k, str) for k in kinds)):
-        raise CheckpointError(f"{where}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
+        raise CheckpointError(f"{where}: \"kinds\" must be a list of task kinds, not {shown(kinds)}")
     return info
 
 
@@ -175,14 +176,14 @@ def read_labels(path: Path, meta: dict) -> HeadLabels | None:
         problem = info["problem_type"] if "problem_type" in info else KIND_PROBLEM_TYPE.get(info.get("kind"))
         activation, crossed = exported_activation(info), info.get("cross_encoder") is True
         if activation is not None and not isinstance(activation, str):  # another name: exported as it came
-            raise CheckpointError(f"{where}: activation must be text, not {activation!r:.40}")
+            raise CheckpointError(f"{where}: activation must be text, not {shown(activation)}")
     else:
         where = path / "config.json"
         names, problem = _names(where, meta.get("id2label"), "id2label", True), meta.get("problem_type")
         activation = cross_encoder_activation(where, meta)
         crossed = cross_encoder(meta) is not None
     if problem is not None and not isinstance(problem, str):
-        raise CheckpointError(f"{where}: problem_type must be text, not {problem!r:.40}")
+        raise CheckpointError(f"{where}: problem_type must be text, not {shown(problem)}")
     return HeadLabels(names, problem, activation, crossed) if names or problem or activation else None
 
 
@@ -216,9 +217,9 @@ def _checked(labels, n: int | None) -> tuple:
     if isinstance(labels, (str, bytes)) or not isinstance(labels, (list, tuple)):
         raise OptionsError(f"labels must be a list of label names, got {type(labels).__name__}", "labels")
     if not all(isinstance(x, str) and x for x in labels):
-        raise OptionsError(f"labels must be non-empty strings, got {list(labels)!r:.60}", "labels")
+        raise OptionsError(f"labels must be non-empty strings, got {shown(list(labels))}", "labels")
     if len(set(labels)) != len(labels):
-        raise OptionsError(f"labels must be unique, got {list(labels)!r:.60}", "labels")
+        raise OptionsError(f"labels must be unique, got {shown(list(labels))}", "labels")
     if n is None or len(labels) != n:
         has = "no classifier head" if n is None else f"a classifier head of {n} outputs"
         raise OptionsError(f"labels: {len(labels)} given, but the model has {has}", "labels")

@@ -13,6 +13,7 @@ from lmforge.quant.int8 import swap_linears
 from lmforge.quant.int8_embedding import swap_tokens
 from lmforge.utils.checksum import json_sha256, sha256
 from lmforge.utils.jsontext import loads
+from lmforge.utils.errors import shown
 
 FORMAT = "lmforge"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
@@ -47,7 +48,7 @@ def read_json_object(file: Path) -> dict:
         raise CheckpointError(f"cannot read {file}: {err.strerror or err}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{file} must hold a JSON object {{...}}, not {type(data).__name__} "
-                              f"{data!r:.40}")
+                              f"{shown(data)}")
     return data
 
 
@@ -83,7 +84,7 @@ def native_config(file: Path, meta: dict) -> ModelConfig:
     config = meta.get("config", {})
     if not isinstance(config, dict):
         raise CheckpointError(f"{file}: field \"config\" must be a mapping of config fields, "
-                              f"got {type(config).__name__} {config!r:.40}")
+                              f"got {type(config).__name__} {shown(config)}")
     try:
         return ModelConfig.from_dict(_as_meant(config))
     except (ConfigError, TypeError) as err:
@@ -152,7 +153,7 @@ def _heads(config_file: Path, model: Transformer, specs) -> dict:
     anything else in the field is an error naming the file and the head."""
     if not isinstance(specs, dict):
         raise CheckpointError(f"{config_file}: field \"heads\" must be a mapping of head name to "
-                              f"{{\"kind\": ...}}, got {type(specs).__name__} {specs!r:.40}")
+                              f"{{\"kind\": ...}}, got {type(specs).__name__} {shown(specs)}")
     heads = {}
     for name, spec in specs.items():
         where = f"{config_file}: heads.{name}"
@@ -160,7 +161,7 @@ def _heads(config_file: Path, model: Transformer, specs) -> dict:
             raise CheckpointError(f"{where}: a head name must be non-empty and without dots")
         if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
             raise CheckpointError(f"{where} must be a mapping with a \"kind\" (e.g. {{\"kind\": \"lm\"}}), "
-                                  f"got {spec!r:.40}")
+                                  f"got {shown(spec)}")
         options = {k: v for k, v in spec.items() if k != "kind"}
         try:
             heads[name] = make_head(model, spec["kind"], **options)

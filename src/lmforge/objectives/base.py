@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import math
+from lmforge.utils.errors import shown
 from dataclasses import dataclass, field
 
 import torch
@@ -78,7 +79,7 @@ def check_bounds(options: dict, bounds: dict) -> None:
         except (TypeError, ValueError):  # text where a number goes, a list of text for fractions
             fine = False
         if not fine:
-            raise ValueError(f"{name}={options[name]!r:.40}: must be {said}")
+            raise ValueError(f"{name}={shown(options[name])}: must be {said}")
 
 
 @dataclass

@@ -32,6 +32,7 @@ from lmforge.heads import make_head
 from lmforge.objectives.base import Loss, Objective, tokenizer_pad, within
 from lmforge.objectives.registry import ObjectiveSpec, register
 from lmforge.tokenizer.chars import vocabulary_chars, word_chars
+from lmforge.utils.errors import shown
 
 SAMPLES = 8192  # bilm-tf's n_negative_samples_batch
 
@@ -129,7 +130,7 @@ class BiLM(Objective):
                 if not isinstance(word, str) or not word or not isinstance(k, int) \
                         or not 0 <= k < len(e["input_ids"]) or e["input_ids"][k] != self.unk_id:
                     raise ValueError(f"objectives/bilm.py: example {b} spells position {k!r} as "
-                                     f"{word!r:.40}, which is not one of its <UNK> words")
+                                     f"{shown(word)}, which is not one of its <UNK> words")
                 chars[b, k] = torch.tensor(word_chars(word, L))  # the target stays the id (<UNK>)
         batch["char_ids"] = chars * batch["attention_mask"][..., None]
         return batch

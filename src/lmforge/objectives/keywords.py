@@ -14,7 +14,7 @@ import math
 from lmforge.config.names import unknown_message
 from lmforge.objectives.mlm import MaskedLM
 from lmforge.objectives.registry import ObjectiveSpec
-from lmforge.utils.errors import OptionsError
+from lmforge.utils.errors import OptionsError, shown
 
 # what builds give themselves, from the tokenizer
 FROM_TOKENIZER = {"pad_id", "special_ids", "bos_id", "eos_id", "ends", "sentence_end"}
@@ -83,7 +83,7 @@ def check_keywords(spec: ObjectiveSpec, options: dict, where: str) -> None:
     for key in sorted(options):  # of its default's kind, or the FLOP count and the build fail inside
         said = option_kind(options[key], defaults.get(key))
         if said is not None:
-            raise OptionsError(f"{where}.{key}: must be {said}, got {options[key]!r:.40}", f"{where}.{key}")
+            raise OptionsError(f"{where}.{key}: must be {said}, got {shown(options[key])}", f"{where}.{key}")
         try:
             getattr(cls, "check_values", lambda _: None)({key: options[key]})
         except ValueError as err:

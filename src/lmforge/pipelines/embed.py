@@ -32,6 +32,7 @@ from lmforge.pipelines.embed_pooling import POOLINGS, pooling_mask
 from lmforge.tokenizer import Tokenizer, check_fits, load_tokenizer
 from lmforge.utils import jsontext
 from lmforge.utils.modes import evaluating
+from lmforge.utils.errors import shown
 
 # sentence-transformers' legacy boolean pooling keys, in its concatenation order
 LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
@@ -95,13 +96,13 @@ def _pooling(file: Path) -> tuple:
     modes = (chosen,) if isinstance(chosen, str) else chosen
     if not isinstance(modes, (list, tuple)) or not all(isinstance(m, str) for m in modes):
         raise CheckpointError(f"{file}: pooling_mode must be a mode or a list of modes, got "
-                              f"{chosen!r:.60}")
+                              f"{shown(chosen)}")
     unknown = [m for m in modes if m not in POOLINGS]
     if unknown:
         raise CheckpointError(f"{file}: pooling mode {unknown[0]!r} is not one of {', '.join(POOLINGS)}")
     include = config.get("include_prompt", True)
     if not isinstance(include, bool):
-        raise CheckpointError(f"{file}: include_prompt must be true or false, got {include!r:.40}")
+        raise CheckpointError(f"{file}: include_prompt must be true or false, got {shown(include)}")
     return tuple(modes) or ("mean",), include
 
 
@@ -112,7 +113,7 @@ def _sentence_config(path: Path) -> dict:
     limit = config.get("max_seq_length")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise CheckpointError(f"{file}: max_seq_length must be a whole number of tokens, got "
-                              f"{limit!r:.40}")
+                              f"{shown(limit)}")
     return config
 
 

@@ -22,6 +22,7 @@ from lmforge.config.options import (OptionsError, check_options, checked_argumen
                                     checked_texts, named_keywords, option, with_changes)
 from lmforge.pipelines.embed import MAX_BATCH_SIZE
 from lmforge.tasks.classify import checked_activation
+from lmforge.utils.errors import shown
 
 MAX_TOP_N = 10 ** 6
 
@@ -75,7 +76,7 @@ class Reranker:
     def __init__(self, task, activation: str | None = None) -> None:
         if getattr(task, "kind", None) != "rerank":
             raise OptionsError(f"model: a reranker needs a model fine-tuned for rerank (kind='rerank', "
-                               f"--task rerank), not {getattr(task, 'kind', task)!r:.40}", "model")
+                               f"--task rerank), not {shown(getattr(task, 'kind', task))}", "model")
         # the task's (its folder's) unless given; checked as the task checks it, an OptionsError naming it
         self.task = task
         self.activation = checked_activation(activation or getattr(task, "activation", None), "sigmoid")

@@ -19,7 +19,7 @@ from lmforge.data.corpus import ReadOptions, expand_files, read_range
 from lmforge.data.synthetic import biography, city_note, review
 from lmforge.data.world import World
 from lmforge.utils.atomic import atomic_write_text
-from lmforge.utils.errors import OptionsError, checked_text
+from lmforge.utils.errors import OptionsError, checked_text, shown
 from lmforge.utils.jsontext import loads
 
 WORDS, MAX_WORDS = 100, 100_000  # words per passage (DPR's block size), and its bound (IndexOptions.words)
@@ -153,7 +153,7 @@ def load_passages(source: str | None, seed: int = 0, words: int = WORDS) -> list
     (lines with "id", "title" and "text"), or text / JSONL corpus files and directories."""
     if not (source is None or isinstance(source, (str, os.PathLike))) or not str(source).strip():
         # "" read the working folder whole; a number or bytes failed inside pathlib
-        raise OptionsError(f"passages must be \"builtin\", a file or a folder, got {source!r:.40}",
+        raise OptionsError(f"passages must be \"builtin\", a file or a folder, got {shown(source)}",
                            "passages")
     words = checked_argument("words", "int", {"low": 1, "high": MAX_WORDS}, words)  # True is no window size
     if source in (None, "builtin"):

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from lmforge.config.options import check_options, option
 from lmforge.generate.stops import MAX_STOP, MAX_STOP_CHARS
+from lmforge.utils.errors import elided
 
 
 @dataclass
@@ -130,14 +131,6 @@ def check_head(scope: dict) -> None:
     if headers > MAX_HEADER_BYTES:
         raise RequestError(431, f"the headers are {headers} bytes, more than the server reads "
                            f"({MAX_HEADER_BYTES})", param="headers", kind="limit_exceeded")
-
-
-def elided(text: str | None, most: int) -> str | None:
-    """`text` of at most about `most` characters: its head and tail, the middle left out (a client's 1 MB
-    model name came back whole in the 404 that echoed it; the tail says the limit or the field)."""
-    if text is None or len(text) <= most:
-        return text
-    return f"{text[:most // 2]} ... ({len(text) - most} characters left out) ... {text[-most // 2:]}"
 
 
 def echoed(value, most: int = ECHO) -> str:

@@ -26,6 +26,7 @@ from lmforge.io.labels import ACTIVATIONS, known_activation
 from lmforge.objectives.base import Loss
 from lmforge.tasks import metrics
 from lmforge.tasks.base import Task, register
+from lmforge.utils.errors import shown
 
 
 def checked_activation(activation: str | None, default: str) -> str:
@@ -33,7 +34,7 @@ def checked_activation(activation: str | None, default: str) -> str:
     if activation is None:
         return default
     if not known_activation(activation):
-        raise OptionsError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r:.40}",
+        raise OptionsError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {shown(activation)}",
                            "activation")
     return activation
 

@@ -31,6 +31,7 @@ from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, TASK_FILE, cross_enco
 from lmforge.io.native import CheckpointError, read_json_object
 from lmforge.tasks.base import MODULES, task_class
 from lmforge.utils.model_folder import check_recorded, inside_job_folder
+from lmforge.utils.errors import shown
 
 ONE_SCORE = ["regression", "rerank"]
 CLASSES = ["cls", "pair"]
@@ -44,7 +45,7 @@ def _sequence_head(config: Path, hf: dict, labels: list | None) -> dict:
     """task_info's fields of a ForSequenceClassification config: its labels, kinds and why."""
     problem = hf.get("problem_type")
     if problem is not None and problem not in PROBLEM_TYPES:
-        raise ValueError(f"{config}: problem_type {problem!r:.40} is not one of {', '.join(PROBLEM_TYPES)}")
+        raise ValueError(f"{config}: problem_type {shown(problem)} is not one of {', '.join(PROBLEM_TYPES)}")
     n = len(labels) if labels else hf.get("num_labels", 2)
     where = f"{config.name}'s problem_type {problem!r}" if problem else f"{config.name}'s num_labels {n}"
     if problem == "multi_label_classification":
@@ -77,7 +78,7 @@ def reference_task(config: Path, hf: dict) -> dict:
         info = _sequence_head(config, hf, labels)
     elif name.endswith("ForTokenClassification"):  # a softmax per token, whatever its problem_type
         info = {"labels": labels, "outputs": None if labels else hf.get("num_labels", 2),
-                "kinds": ["tagging"], "why": f"{config.name}'s architectures {name!r:.60}"}
+                "kinds": ["tagging"], "why": f"{config.name}'s architectures {shown(name)}"}
     else:
         info = {"labels": labels}
     return {k: v for k, v in info.items() if v is not None}
@@ -175,22 +176,22 @@ def _checked_info(file: Path, info: dict) -> dict:
     task_fields(file, info)  # kind (or kinds) said, as text: "kind": null had read as no task.json
     kind, labels, max_len, kinds = (info.get(name) for name in ("kind", "labels", "max_len", "kinds"))
     if kind is not None and kind not in MODULES:
-        raise CheckpointError(f"{file}: \"kind\" {kind!r:.40} is not a task kind ({', '.join(MODULES)})")
+        raise CheckpointError(f"{file}: \"kind\" {shown(kind)} is not a task kind ({', '.join(MODULES)})")
     if labels is not None and not (isinstance(labels, list) and all(map(is_label, labels))):
         raise CheckpointError(f"{file}: \"labels\" must be a list of labels (text or numbers), not "
-                              f"{labels!r:.40}")
+                              f"{shown(labels)}")
     if max_len is not None and (type(max_len) is not int or max_len < 1):
-        raise CheckpointError(f"{file}: \"max_len\" must be a positive integer, not {max_len!r:.40}")
+        raise CheckpointError(f"{file}: \"max_len\" must be a positive integer, not {shown(max_len)}")
     if kinds is not None and not all(k in MODULES for k in kinds):
-        raise CheckpointError(f"{file}: \"kinds\" must be a list of task kinds, not {kinds!r:.40}")
+        raise CheckpointError(f"{file}: \"kinds\" must be a list of task kinds, not {shown(kinds)}")
     if not isinstance(info.get("cross_encoder", False), bool):
         raise CheckpointError(f"{file}: \"cross_encoder\" must be true or false, not "
-                              f"{info['cross_encoder']!r:.40}")
+                              f"{shown(info['cross_encoder'])}")
     activation = info.get("activation")
     if activation is not None and not (isinstance(activation, str) and 0 < len(activation) <= 200):
         # ACTIVATIONS, or a converted CrossEncoder's other class: refused where it scores (scored_activation)
         raise CheckpointError(f"{file}: \"activation\" must be one of {', '.join(ACTIVATIONS)} (or a "
-                              f"CrossEncoder's activation_fn), not {activation!r:.40}")
+                              f"CrossEncoder's activation_fn), not {shown(activation)}")
     return info
 
 

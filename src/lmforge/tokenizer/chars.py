@@ -23,6 +23,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers.models import WordLevel
 
 from lmforge.tokenizer.wrapper import Tokenizer
+from lmforge.utils.errors import shown
 
 BOS_CHAR, EOS_CHAR, BOW_CHAR, EOW_CHAR, PAD_CHAR = 256, 257, 258, 259, 260  # before the shift by one
 BOS, EOS = "<S>", "</S>"  # the sentence tokens whose characters are BOS_CHAR / EOS_CHAR
@@ -57,9 +58,9 @@ def check_sentences(sentences, what: str = "sentences") -> list:
         raise ValueError(f"{what} must be a non-empty list of sentences (lists of words)")
     for i, words in enumerate(sentences):
         if isinstance(words, str) or not isinstance(words, (list, tuple)) or not words:
-            raise ValueError(f"{what}[{i}] must be a non-empty list of words, got {words!r:.60}")
+            raise ValueError(f"{what}[{i}] must be a non-empty list of words, got {shown(words)}")
         if not all(isinstance(w, str) and w for w in words):
-            raise ValueError(f"{what}[{i}] holds a word that is not a non-empty str: {list(words)!r:.80}")
+            raise ValueError(f"{what}[{i}] holds a word that is not a non-empty str: {shown(list(words))}")
     return [list(words) for words in sentences]
 
 

@@ -26,6 +26,7 @@ from lmforge.tokenizer.wrapper import ROLES, SAVED_FILES, SUMS_FILE, Tokenizer, 
 from lmforge.utils import jsontext
 from lmforge.utils.checksum import check_files, verify
 from lmforge.utils.model_folder import check_recorded, inside_job_folder
+from lmforge.utils.errors import shown
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json + merges.txt", "spiece.model")
 BERT_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -70,11 +71,11 @@ def read_config(path: Path) -> dict:
         value = config.get(key)
         if value is not None and not _of_kind(value, kind):  # the tokenizers library raised a TypeError
             raise TokenizerError(f"{path}: the tokenizer config's {key} must be {_SAID[kind]}, "
-                                 f"got {value!r:.40}")
+                                 f"got {shown(value)}")
     for key in (f"{role}_token" for role in ROLES):  # a number or a list there switched the role off unsaid
         if config.get(key) is not None and not _of_kind(config[key], "token"):
             raise TokenizerError(f"{path}: the tokenizer config's {key} must be {_SAID['token']}, "
-                                 f"got {config[key]!r:.40}")
+                                 f"got {shown(config[key])}")
     return {k: v for k, v in config.items() if not (k in _SETTINGS and v is None)}  # null: the default
 
 
@@ -289,7 +290,8 @@ def added_tokens(path: Path) -> list:
     added = _read_json(file)
     bad = next((k for k, v in added.items() if type(v) is not int or not 0 <= v < 1 << 31), None)
     if bad is not None:
-        raise TokenizerError(f"{file}: the id of {bad!r:.40} must be an integer >= 0, got {added[bad]!r:.40}")
+        raise TokenizerError(f"{file}: the id of {shown(bad)} must be an integer >= 0, got "
+                             f"{shown(added[bad])}")
     return sorted(added.items(), key=lambda item: item[1])
 
 
@@ -308,7 +310,7 @@ def _check_listed(path: Path, backend: Backend, listed: list) -> None:
     """A TokenizerError where a token of added_tokens.json got another id than the file gives it."""
     for token, index in listed:
         if backend.token_to_id(token) != index:
-            raise TokenizerError(f"{path / 'added_tokens.json'}: {token!r:.40} has id {index} there but "
+            raise TokenizerError(f"{path / 'added_tokens.json'}: {shown(token)} has id {index} there but "
                                  f"{backend.token_to_id(token)} here (added ids follow the vocabulary's)")
 
 

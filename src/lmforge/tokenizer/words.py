@@ -16,6 +16,7 @@ words of their own, so an unknown piece inside a word splits it. After a line br
 from __future__ import annotations
 
 import numbers
+from lmforge.utils.errors import shown
 
 from tokenizers.models import WordLevel
 
@@ -69,7 +70,7 @@ def token_ids(ids, job: str) -> list:
     ids = [int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else i for i in ids]
     bad = next((i for i in ids if type(i) is not int or not 0 <= i < 2**32), None)
     if bad is not None:
-        raise ValueError(f"{job} takes one sequence of token ids (ints >= 0), got {bad!r:.60}")
+        raise ValueError(f"{job} takes one sequence of token ids (ints >= 0), got {shown(bad)}")
     return ids
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 from lmforge.config.options import (MAX_SEED, Items, OptionsError, base_type, check_options, coerce,
                                     from_dict, option)
 from lmforge.train.optim import SCHEDULES
+from lmforge.utils.errors import shown
 
 PRECISIONS = ("fp32", "bf16")
 PARALLEL = ("none", "ddp", "fsdp")
@@ -190,7 +191,7 @@ def _betas(text: str) -> list:
     try:
         return [float(part) for part in parts]
     except ValueError:
-        raise OptionsError(f"betas must be two numbers in [0, 1), e.g. betas=0.9,0.999, got {text!r:.60}",
+        raise OptionsError(f"betas must be two numbers in [0, 1), e.g. betas=0.9,0.999, got {shown(text)}",
                            "betas") from None
 
 
@@ -214,15 +215,15 @@ def check_device(name: str) -> None:
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError):
-        raise OptionsError(f"device={name!r:.60} is not a device: use auto, cpu, cuda, cuda:N or mps",
+        raise OptionsError(f"device={shown(name)} is not a device: use auto, cpu, cuda, cuda:N or mps",
                            "device") from None
     if device.type == "cuda" and (not torch.cuda.is_available() or
                                   (device.index or 0) >= torch.cuda.device_count()):
         have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA"
-        raise OptionsError(f"device={name!r:.60} but this machine has {have}; use device=auto or device=cpu",
+        raise OptionsError(f"device={shown(name)} but this machine has {have}; use device=auto or device=cpu",
                            "device")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise OptionsError(f"device={name!r:.60} but MPS is not available; use device=auto or device=cpu",
+        raise OptionsError(f"device={shown(name)} but MPS is not available; use device=auto or device=cpu",
                            "device")
     if device.type not in ("cpu", "cuda", "mps"):
-        raise OptionsError(f"device={name!r:.60}: training runs on cpu, cuda or mps", "device")
+        raise OptionsError(f"device={shown(name)}: training runs on cpu, cuda or mps", "device")

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from lmforge.config.options import (OptionsError, check_options, instance_of, option, refuse_unknown,
                                     with_changes)
 from lmforge.data.read_options import ReadOptions
+from lmforge.utils.errors import shown
 
 MAX_DUPLICATION = 100  # BERT's factor is 10; each copy is another corruption of every example per pass
 MAX_DOCS = 10 ** 6  # the built-in corpus: ~3 sentences a document, all held and tokenized in memory
@@ -83,7 +84,7 @@ class PretrainInputs:
             raise OptionsError(f"log must be callable, got {type(self.log).__name__}", "log")
         if self.data is not None and not all(isinstance(path, (str, os.PathLike)) for path in self.data):
             bad = next(path for path in self.data if not isinstance(path, (str, os.PathLike)))
-            raise OptionsError(f"data holds {type(bad).__name__} {bad!r:.40}: give paths (text, JSONL or "
+            raise OptionsError(f"data holds {type(bad).__name__} {shown(bad)}: give paths (text, JSONL or "
                                "compressed files, folders of them, or a shard folder)", "data")
         if self.read is not None and not isinstance(self.read, ReadOptions):
             raise OptionsError(f"read must be a ReadOptions or null, got {type(self.read).__name__}", "read")

@@ -3,6 +3,23 @@ config's option checks, utils' refusals of an unsafe output path, and everything
 from __future__ import annotations
 
 
+SHOWN = 40  # characters of a refused value a message repeats (about: the marker of a cut adds some)
+
+
+def elided(text: str | None, most: int) -> str | None:
+    """`text` of at most about `most` characters: its head and tail, the middle left out and counted (a
+    client's 1 MB model name came back whole in the 404 that echoed it; the tail says the limit or field)."""
+    if text is None or len(text) <= most:
+        return text
+    return f"{text[:most // 2]} ... ({len(text) - most} characters left out) ... {text[-most // 2:]}"
+
+
+def shown(value, most: int = SHOWN) -> str:
+    """repr(value) as a refusal repeats it, elided past about `most` characters: one short line whatever
+    a caller gave (every refusal cuts a value this one way)."""
+    return elided(repr(value), most)
+
+
 class OptionsError(ValueError):
     """An option (or config field) that cannot be served; the message names it, `.field` holds it."""
 

@@ -31,6 +31,7 @@ The forward LSTMs read w_1 .. w_n left to right; the backward ones the same word
 from __future__ import annotations
 
 import math
+from lmforge.utils.errors import shown
 from typing import Optional
 
 import torch
@@ -263,7 +264,7 @@ class BiLSTM(nn.Module):
     def set_fused(self, mode: str) -> None:
         """Every layer's fused mode: auto | on | off (see the module docstring); ValueError otherwise."""
         if mode not in FUSED_MODES:
-            raise ValueError(f"fused_lstm must be one of {', '.join(FUSED_MODES)}, got {mode!r:.40}")
+            raise ValueError(f"fused_lstm must be one of {', '.join(FUSED_MODES)}, got {shown(mode)}")
         for layer in (*self.forward_layers, *self.backward_layers):
             layer.fused = mode
 

@@ -13,6 +13,7 @@ from lmforge.presets import ELMO_PRESETS, PRESETS, get_config, tiny, tiny_overri
     ("bert-mini", dict(lstm_dim=64, char_filters=[[1, 8]]), "lstm_dim", "it is ELMo's (architecture='elmo')"),
     ("gpt2", dict(stateful=True), "stateful", "it is ELMo's"),
     ("bert-mini", dict(window=64), "window", "no layer's attention is windowed (attention='sliding-window'"),
+    ("mistral-7b", dict(window_schedule=[64] * 32, window=128), "window", "window_schedule sets each"),
     ("mistral-7b", dict(dilation=2), "dilation", "no layer's attention is dilated (attention='dilated')"),
     ("bert-mini", dict(rotary_theta=5.0), "rotary_theta", "positions are not rotary (position='rotary')"),
     ("llama-3.2-1b", dict(rotary_scaling="none", rotary_scaling_factor=8.0), "rotary_scaling_factor",

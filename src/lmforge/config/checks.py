@@ -237,7 +237,7 @@ def _inert_patterns(cfg) -> dict:
     if not patterns & {"sliding-window", "dilated", "longformer"}:
         inert.update(dict.fromkeys(WINDOW_FIELDS, "no layer's attention is windowed "
                                    "(attention='sliding-window', 'dilated' or 'longformer')"))
-    elif cfg.window_schedule and len(set(cfg.window_schedule)) > 1:
+    elif cfg.window_schedule:  # layer_window reads the schedule alone, one window for all included
         inert["window"] = "window_schedule sets each layer's window (window_schedule=null)"
     for pattern, names in PATTERN_FIELDS.items():
         if pattern not in patterns:

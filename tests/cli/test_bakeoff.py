@@ -115,3 +115,19 @@ def test_a_plan_kept_in_out_under_a_name_of_its_own_still_runs(tmp_path, capsys)
     args = ["bakeoff", "--plan", str(tmp_path / "o" / "plan.json"), "--out", str(tmp_path / "o"), "--dry-run"]
     assert main(args) == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "o" / "plan.json").read_text()) == TINY
+
+
+def test_a_corpus_file_of_the_plan_in_out_under_a_name_the_run_writes_is_refused(tmp_path, capsys):
+    """corpus {source: files, files: [o/report.md]}: the run's report was written over the corpus it read
+    (exit 0); refused now, exit 2 with one line naming the plan's field, the corpus left as it was."""
+    corpus = tmp_path / "o" / "report.md"
+    corpus.parent.mkdir()
+    corpus.write_text("The fox jumps over the dog.\n\nThe dog sleeps in the sun.\n")
+    plan = {**json.loads(json.dumps(TINY)), "corpus": {"source": "files", "files": [str(corpus)]}}
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    args = ["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), "--dry-run"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "corpus.files" in err and str(corpus) in err, err
+    assert corpus.read_text().startswith("The fox") and [p.name for p in (tmp_path / "o").iterdir()] == [
+        "report.md"]

@@ -55,6 +55,14 @@ def out_names(plan) -> tuple:
             "corpus", "tasks", "tokenizers", *(arm.name for arm in plan.arms))
 
 
+def plan_inputs(plan) -> tuple:
+    """(field, paths) of what a plan reads from disk besides itself: its corpus files (the plan's and each
+    arm's own) and each arm's model (a checkpoint folder; an installed model's name is none on disk)."""
+    corpora = [plan.corpus, *(arm.corpus for arm in plan.arms if arm.corpus)]
+    files = [file for corpus in corpora if corpus.get("source") == "files" for file in corpus["files"]]
+    return ("corpus.files", files), ("arms.model", [arm.model for arm in plan.arms if arm.model])
+
+
 def cmd_bakeoff(args) -> None:
     """Run (or resume) a plan under --out, then write its report."""
     from lmforge.bakeoff import PlanError, plan_file
@@ -67,7 +75,7 @@ def cmd_bakeoff(args) -> None:
     plan = _seeds(args.seeds, _plan(args))
     # the file read: a shipped plan's name is no path (--plan electra --out electra resumes its run); one
     # kept in --out under a name the run writes (report.json, an arm's folder) would be written over
-    refuse_overwrite(args.out, ("--plan", plan_file(args.plan)), writes=out_names(plan))
+    refuse_overwrite(args.out, ("--plan", plan_file(args.plan)), *plan_inputs(plan), writes=out_names(plan))
     if args.report and not any(Path(args.out, name).exists() for name in ("schedule.json", RESULTS)):
         raise UsageError(f"--out {args.out}: no bake-off has run there (no schedule.json, no {RESULTS}): run "
                          "the plan (or --dry-run) first")  # a report of nothing, in a folder it made

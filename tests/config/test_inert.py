@@ -3,9 +3,12 @@ name (build, get_config), a config read whole (a file, from_dict) keeps them, ca
 from __future__ import annotations
 
 import pytest
+from torch.nn.functional import relu
 
 import lmforge
 from lmforge.config import ConfigError, ModelConfig
+from lmforge.heads import LMHead
+from lmforge.objectives.rtd import generator_config
 from lmforge.presets import ELMO_PRESETS, PRESETS, get_config, tiny, tiny_overrides
 
 
@@ -39,6 +42,13 @@ def test_the_same_fields_are_taken_where_the_config_gives_them_an_effect():
     assert get_config("elmo-small", lstm_dim=64, char_filters=[[1, 8]]).lstm_dim == 64
     assert get_config("llama-3.2-1b", rotary_theta=1e4).rotary_theta == 1e4
     assert get_config("bert-mini", lm_activation="relu").lm_activation == "relu"
+
+
+def test_lm_activation_on_a_tied_encoder_without_transform_is_taken_for_electra_s_generator_head():
+    assert get_config("xlnet-base", lm_activation="relu").lm_activation == "relu"  # was refused
+    generator = lmforge.build(generator_config(tiny("xlnet-base", lm_activation="relu")))  # rtd's
+    assert LMHead(generator).act is relu  # its head has a transform, of this activation
+    assert "lm_activation" in get_config("gpt2").inert_fields()  # a decoder trains no such generator
 
 
 def test_an_override_at_the_field_s_default_and_fields_outside_the_architecture_are_taken():

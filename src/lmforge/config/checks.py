@@ -266,9 +266,12 @@ def _inert_positions(cfg) -> dict:
 
 def layout_inert(cfg) -> dict:
     """Field -> what gives it an effect, for each field of no effect under `cfg` that canonical() resets:
-    those of unused patterns and positions, lm_activation without a transform, ELMo's on a Transformer."""
+    those of unused patterns and positions, lm_activation without a transform (but on a tied encoder), ELMo's
+    on a Transformer."""
     inert = {**_inert_patterns(cfg), **_inert_positions(cfg)}
-    if not cfg.lm_transform:
+    # a tied encoder's is read all the same: ELECTRA's generator built from it (objectives/rtd.py's
+    # generator_config) takes a transform, whose activation it is
+    if not cfg.lm_transform and not (cfg.architecture == "encoder" and cfg.tie_embeddings):
         inert["lm_activation"] = "the LM head has no transform (lm_transform=True)"
     if cfg.architecture != "elmo":
         inert.update(dict.fromkeys(ELMO_FIELDS, "it is ELMo's (architecture='elmo')"))

@@ -268,7 +268,9 @@ class ModelConfig:
         # layout_inert, not inert_fields: kept_inert's fields stay as given, as the identity of runs
         # (train/loop.py) recorded them; n_heads' default would divide few of an ELMo's d_model
         inert = {"source", "generator_size", *SPECIAL_TOKENS, *unset, *layout_inert(self)}
-        if self.lm_activation == _FFN_ACTIVATION.get(self.ffn, self.ffn):  # the LM head's activation anyway
+        # the LM head's activation anyway; or no transform, which on a tied encoder is taken (ELECTRA's
+        # generator reads it) but reset here as before, for the identities runs recorded
+        if not self.lm_transform or self.lm_activation == _FFN_ACTIVATION.get(self.ffn, self.ffn):
             inert.add("lm_activation")
         defaults = {f.name: f.default for f in fields(self) if f.name in inert}
         if self.n_kv_heads == self.n_heads:  # explicit MHA is the default MHA

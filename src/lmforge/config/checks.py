@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from lmforge.config.options import OptionsError, short_repr
+from lmforge.config.options import OptionsError
+from lmforge.utils.errors import shown
 
 MAX_WIDTH = 2 ** 16  # a width's bound: d_model, a head's, the character CNN's filters in all
 
@@ -47,7 +48,7 @@ def validate_pruned(cfg) -> None:
         return
     if not isinstance(cfg.pruned_heads, dict):  # pruned_heads=x on the command line reads as a string
         raise ConfigError(f"pruned_heads must map layers to head lists, e.g. {{\"encoder.0\": [1, 3]}}, got "
-                          f"{cfg.pruned_heads!r:.40}", "pruned_heads")
+                          f"{shown(cfg.pruned_heads)}", "pruned_heads")
     if cfg.share_layers or cfg.kv_heads != cfg.n_heads or cfg.position in PER_HEAD_POSITIONS:
         raise ConfigError("pruned_heads needs separate layers, n_kv_heads = n_heads and no per-head position "
                           f"terms (not {', '.join(PER_HEAD_POSITIONS)}); mask those heads instead",
@@ -77,7 +78,7 @@ def validate_elmo(cfg) -> None:
     pairs = cfg.char_filters
     if pairs is not None and not (isinstance(pairs, list) and pairs and all(
             isinstance(f, list) and len(f) == 2 and all(type(n) is int and n > 0 for n in f) for f in pairs)):
-        raise ConfigError(f"char_filters={pairs!r:.80} must be a non-empty list of [width, n_filters] pairs "
+        raise ConfigError(f"char_filters={shown(pairs)} must be a non-empty list of [width, n_filters] pairs "
                           f"of positive integers", "char_filters")
     widest = max(width for width, _ in cfg.cnn_filters)
     if widest > cfg.max_characters_per_token:
@@ -135,10 +136,10 @@ def validate_quantization(cfg) -> None:
     """quantization is null or a mapping whose "mode" is one of QUANTIZATION_MODES."""
     q, modes = cfg.quantization, " or ".join(QUANTIZATION_MODES)
     if q is not None and not isinstance(q, dict):
-        raise ConfigError(f"quantization={short_repr(q)} must be null or a mapping with \"mode\": {modes}",
+        raise ConfigError(f"quantization={shown(q)} must be null or a mapping with \"mode\": {modes}",
                           "quantization")
     if q is not None and q.get("mode") not in QUANTIZATION_MODES:  # the bad value, not the whole mapping
-        raise ConfigError(f"quantization mode {short_repr(q.get('mode'))} is not {modes}", "quantization")
+        raise ConfigError(f"quantization mode {shown(q.get('mode'))} is not {modes}", "quantization")
     smoothing = (q or {}).get("smoothing")
     if smoothing is not None:
         layers = smoothing.get("layers") if isinstance(smoothing, dict) else None
@@ -146,7 +147,7 @@ def validate_quantization(cfg) -> None:
         if q["mode"] != "dynamic":
             raise ConfigError(f"quantization.smoothing is for mode dynamic, not {q['mode']}", "quantization")
         if not names:
-            raise ConfigError(f"quantization.smoothing.layers={short_repr(layers)} must list Linear names",
+            raise ConfigError(f"quantization.smoothing.layers={shown(layers)} must list Linear names",
                               "quantization")
 
 
@@ -160,7 +161,7 @@ def validate_patterns(cfg, patterns: tuple, bidirectional_only: tuple) -> None:
     windows, blocks and projections that fit max_seq_len."""
     given = cfg.attention_schedule
     if given is not None and not (isinstance(given, list) and all(isinstance(s, str) for s in given)):
-        raise ConfigError(f"attention_schedule must be a list of pattern names, got {given!r:.80}",
+        raise ConfigError(f"attention_schedule must be a list of pattern names, got {shown(given)}",
                           "attention_schedule")
     schedule = pattern_set(cfg)
     if cfg.attention_schedule and len(cfg.attention_schedule) != cfg.n_layers:
@@ -306,5 +307,5 @@ def refuse_inert(cfg, names) -> None:
     for name in names:
         value = getattr(cfg, name, None)
         if name in inert and value != defaults[name]:
-            raise ConfigError(f"{name}={short_repr(value)} has no effect on this {cfg.architecture!r} model: "
+            raise ConfigError(f"{name}={shown(value)} has no effect on this {cfg.architecture!r} model: "
                               f"{inert[name]}", name)

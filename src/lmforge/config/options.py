@@ -18,7 +18,7 @@ from dataclasses import field
 from typing import Any
 
 from lmforge.config.names import listed_at, refuse_unknown  # noqa: F401 (re-exported)
-from lmforge.utils.errors import OptionsError, checked_text, instance_of  # noqa: F401 (re-exported)
+from lmforge.utils.errors import OptionsError, checked_text, instance_of, shown  # noqa: F401 (re-exported)
 
 # every seed a job, a call or a request takes (torch.Generator.manual_seed's int64 range): one bound for the
 # command line's --seed, the Python API's seed= and the server's seed
@@ -99,12 +99,6 @@ def _is_instance(kind: str, value) -> bool:
     return True  # a type this checker does not know: the dataclass's own checks decide
 
 
-def short_repr(value) -> str:
-    """repr of a value as a refusal repeats it: cut to 60 characters with an ellipsis where longer."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> None:
     """One field's value against its declared type, finiteness, bounds and choices."""
     base, optional = base_type(kind)
@@ -117,7 +111,7 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
         # YAML reads no/yes/on/off as false/true: a word meant as text must be quoted there
         hint = " (a YAML file reads no, yes, on and off as false or true: quote the word)" if \
             isinstance(value, bool) and "str" in members(base) else ""
-        raise error(f"{name} must be {wanted}, got {short_repr(value)}{hint}", name)
+        raise error(f"{name} must be {wanted}, got {shown(value)}{hint}", name)
     if meta.get("items") and isinstance(value, (list, tuple)):
         return check_items(name, meta, value, error)
     if isinstance(value, (dict, list, tuple)) and len(value) > (meta.get("max_entries") or math.inf):
@@ -128,7 +122,7 @@ def check_value(name: str, kind: str, meta: dict, value, error=OptionsError) -> 
                     "an integer" if base == "int" else "a finite number", meta.get("open_high", False))
     choices = meta.get("choices")
     if choices is not None and value not in choices:
-        raise error(f"{name}={short_repr(value)} is not one of {', '.join(map(str, choices))}", name)
+        raise error(f"{name}={shown(value)} is not one of {', '.join(map(str, choices))}", name)
 
 
 def check_items(name: str, meta: dict, value, error=OptionsError) -> None:
@@ -143,7 +137,7 @@ def check_items(name: str, meta: dict, value, error=OptionsError) -> None:
         except error as bad:  # the message names the item, the field stays the option's
             raise error(str(bad), name) from None
     if items.distinct and len(set(value)) != len(value):
-        raise error(f"{name} must not repeat a value, got {short_repr(list(value))}", name)
+        raise error(f"{name} must not repeat a value, got {shown(list(value))}", name)
 
 
 def _count(items: Items) -> str:
@@ -163,7 +157,7 @@ def check_range(name: str, value, low, high, open_low: bool = False, error=Optio
     if below or above or not _finite(value):
         bounds = " and ".join(([f"{'>' if open_low else '>='} {low}"] if low is not None else []) +
                               ([f"{'<' if open_high else '<='} {high}"] if high is not None else []))
-        raise error(f"{name} must be {(noun + ' ' + bounds).strip()}, got {short_repr(value)}", name)
+        raise error(f"{name} must be {(noun + ' ' + bounds).strip()}, got {shown(value)}", name)
 
 
 def _finite(value) -> bool:
@@ -279,7 +273,7 @@ def coerce(cls, name: str, value: Any, error=OptionsError, from_text: bool = Tru
             try:
                 value = float(text)
             except ValueError:
-                raise error(f"{name} must be {BASE_TYPES[base]}, got {short_repr(value)}", name) from None
+                raise error(f"{name} must be {BASE_TYPES[base]}, got {shown(value)}", name) from None
         elif _numeric_union(base):  # "2" for an `int | list` field is the number; other text is the check's
             try:
                 value = float(text)
@@ -288,7 +282,7 @@ def coerce(cls, name: str, value: Any, error=OptionsError, from_text: bool = Tru
     if base == "int" and isinstance(value, float):
         value = whole_number(float(value))
         if isinstance(value, float):
-            raise error(f"{name} must be a whole number, got {short_repr(value)}", name)
+            raise error(f"{name} must be a whole number, got {shown(value)}", name)
     elif whole_kind(base) and isinstance(value, float):
         value = whole_number(value)  # a fraction is left for the check: it names each type the union admits
     return value
@@ -311,7 +305,7 @@ def from_dict(cls, data: dict, what: str = "", error=OptionsError, from_text: bo
     """The options dataclass `cls` from a mapping; an unknown key is an error naming it (config.names).
     from_text: the values are a command line's strings (see `coerce`)."""
     if not isinstance(data, dict):
-        raise error(f"{what or cls.__name__} options must be a mapping, got {short_repr(data)}", "options")
+        raise error(f"{what or cls.__name__} options must be a mapping, got {shown(data)}", "options")
     refuse_unknown(data, [f.name for f in dataclasses.fields(cls)], what, error, listed_at(cls))
     return cls(**{k: coerce(cls, k, v, error, from_text) for k, v in data.items()})
 

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from lmforge.train import Trainer
-from lmforge.train.checkpoint import CheckpointCorrupt, optimizer_change, read_checkpoint
+from lmforge.train.checkpoint import CheckpointCorrupt, read_checkpoint
 from lmforge.train.config import RUN_OPTIONS, resumed_config
 from lmforge.train.log import read_metrics
+from lmforge.train.optimizer_fit import optimizer_change
 from tests.train.helpers import clm_objective, interrupt_after, mlm_objective, quick, toy_data
 
 

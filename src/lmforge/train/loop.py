@@ -27,15 +27,15 @@ from lmforge.io.files import DiskFull
 from lmforge.quant.int8 import refuse_int8
 from lmforge.train import distributed as dist
 from lmforge.train.checkpoint import (CheckpointCorrupt, NothingToResume, TrainingDiverged, all_finite,
-                                      check_optimizer, check_resumable, global_rngs_kept,
-                                      latest_checkpoint, save_checkpoint, seed_all, set_rng_states,
-                                      training_folder)
+                                      check_resumable, global_rngs_kept, latest_checkpoint, save_checkpoint,
+                                      seed_all, set_rng_states, training_folder)
 from lmforge.train.config import DEFAULT_STEPS, TrainConfig, evaluated_every, resumed_config, run_notes
 from lmforge.train.data import StepBatches, data_change, data_fingerprint, derive_seed, eval_batches
 from lmforge.train.distributed import resolve_device  # a name of this module too (tasks, the bake-off)
 from lmforge.train.log import MetricsLog, Progress, plot_losses
 from lmforge.train.memory import check_step_fits, longest_example
 from lmforge.train.optim import build_optimizer, build_scheduler
+from lmforge.train.optimizer_fit import check_optimizer
 from lmforge.train.run_folder import check_start
 from lmforge.train.speed import (Pending, checkpoint_blocks, finite_flag, held_out_metrics, read_record,
                                  step_loss, to_device, uncheckpoint_blocks, use_tf32)

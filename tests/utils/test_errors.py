@@ -25,3 +25,12 @@ def test_an_option_refusal_cuts_the_value_the_same_way():
     with pytest.raises(OptionsError) as err:
         check_value("top_k", "int", {}, "9" * 4000)
     assert shown("9" * 4000) in str(err.value) and len(str(err.value)) < 200
+
+
+def test_a_value_a_little_over_the_bound_is_shown_whole_not_grown_by_the_cut():
+    """The cut's marker is about 30 characters: a 43-character repr came back as 73, 3 of it hidden."""
+    for n in (41, 45, 60):
+        value = "a" * n
+        assert shown(value) == repr(value)
+    said = shown("a" * 5000)
+    assert "a" * (SHOWN // 2 + 1) not in said and len(said) < len(repr("a" * 5000))

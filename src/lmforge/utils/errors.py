@@ -8,10 +8,12 @@ SHOWN = 40  # characters of a refused value a message repeats (about: the marker
 
 def elided(text: str | None, most: int) -> str | None:
     """`text` of at most about `most` characters: its head and tail, the middle left out and counted (a
-    client's 1 MB model name came back whole in the 404 that echoed it; the tail says the limit or field)."""
+    client's 1 MB model name came back whole in the 404 that echoed it; the tail says the limit or field);
+    left whole where the cut, with its marker, would be no shorter (it hid a few characters, and grew)."""
     if text is None or len(text) <= most:
         return text
-    return f"{text[:most // 2]} ... ({len(text) - most} characters left out) ... {text[-most // 2:]}"
+    cut = f"{text[:most // 2]} ... ({len(text) - most} characters left out) ... {text[-most // 2:]}"
+    return cut if len(cut) < len(text) else text
 
 
 def shown(value, most: int = SHOWN) -> str:

@@ -25,16 +25,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lmforge import objectives
-from lmforge.bakeoff.corpus import documents as dictd_documents
-from lmforge.bakeoff.corpus import topic_task, write_documents
-from lmforge.bakeoff.fingerprint import (digest, pretrain_key, result_key, schedule_key, task_key,
-                                         tokenizer_key)
+from lmforge.bakeoff.corpus import topic_task
+from lmforge.bakeoff.fingerprint import pretrain_key, result_key, schedule_key, task_key, tokenizer_key
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
+from lmforge.bakeoff.plan_corpus import corpus_file
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
 from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, check_finetune_len, read_by_kind
 from lmforge.bakeoff.results import RESULTS  # noqa: F401 (callers read it here)
-from lmforge.bakeoff.results import (append_row, built_files, hardware, mend, read_results, read_signed,
-                                     replace_row, write_signed)
+from lmforge.bakeoff.results import (append_row, hardware, mend, read_results, read_signed, replace_row,
+                                     write_signed)
 from lmforge.bakeoff.sample import Sampler
 from lmforge.config import atomic_write_text
 from lmforge.presets import get_config
@@ -48,34 +47,6 @@ from lmforge.utils.ranks import one_process
 LOG = "bakeoff.log"  # the plan's progress and every run's own log lines
 CHECKPOINTS_PER_RUN = 4  # an interrupted pretraining run loses at most a quarter of its steps
 STAMP = "plan.json"  # in a pretraining run's directory: the fingerprint of what it trains
-
-
-def corpus_file(corpus: dict, out: Path) -> Path:
-    """The corpus as one text file under OUT/corpus (written once; later runs read it, verified)."""
-    source = corpus["source"]
-    if source == "files":
-        return Path(corpus["files"][0]) if len(corpus["files"]) == 1 else _joined(corpus["files"], out)
-    path = out / "corpus" / f"{source}-{corpus['documents']}-{corpus.get('seed', 0)}.txt"
-    built_files(out, [path], lambda: write_documents(_documents(corpus), path))
-    return path
-
-
-def _documents(corpus: dict) -> list:
-    if corpus["source"] == "builtin":
-        from lmforge.data.synthetic import documents as synthetic
-
-        return [" ".join(doc) for doc in synthetic(corpus["documents"], seed=corpus.get("seed", 0))]
-    return dictd_documents(corpus["source"], corpus["documents"], seed=corpus.get("seed", 0))
-
-
-def _joined(files: list, out: Path) -> Path:
-    path = out / "corpus" / f"files-{digest(files)}.txt"  # another list of files: another corpus
-
-    def build() -> None:
-        write_documents([Path(f).read_text(encoding="utf-8").strip() for f in files], path)
-
-    built_files(out, [path], build)
-    return path
 
 
 def task_splits(task: dict, out: Path) -> dict:

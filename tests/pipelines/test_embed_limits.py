@@ -207,16 +207,19 @@ def test_leads_leave_each_texts_own_prompt_out_in_one_call(tmp_path):
         assert err.value.field == "leads"
 
 
-def test_counts_given_are_the_tokens_said_and_bad_ones_are_refused(tmp_path):
-    """embed_with(counts=): the caller's counts (the server's route) stand for a second count; checked."""
+def test_a_python_caller_cannot_pass_counts_that_would_cut_a_text_unsaid(tmp_path):
+    """embed_with(counts=[3]) for a 50-token text was trusted: no refusal, the text cut at 16 tokens, said to
+    be 3 and not cut. The server's counts go by a private channel; embed_with counts every text itself."""
     from lmforge.pipelines.embed import SentenceEncoder
 
     encoder = SentenceEncoder.from_dir(tiny_st_dir(tmp_path, {"pooling_mode": "mean"}))
+    long = "the lazy dog jumps over the quick brown fox again and again"
+    with pytest.raises(TypeError):
+        encoder.embed_with([long], counts=[3])
+    with pytest.raises(OptionsError) as err:
+        encoder.embed_with([long])
+    assert err.value.field == "truncate"
     texts = ["abc def", "a"]
     own = encoder.embed_with(texts)
-    given = encoder.embed_with(texts, counts=list(own.tokens))
+    given = encoder._embed(texts, None, 32, None, None, None, list(own.tokens))  # the server's channel
     assert given.tokens == own.tokens == [8, 3] and torch.equal(given.vectors, own.vectors)
-    for bad in ([1], [1, -1], [1, 2.0], "ab"):
-        with pytest.raises(OptionsError) as err:
-            encoder.embed_with(texts, counts=bad)
-        assert err.value.field == "counts"

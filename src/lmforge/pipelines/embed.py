@@ -198,14 +198,16 @@ class SentenceEncoder:
         return out
 
     def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32,
-                   max_length: int | None = None, progress=None, leads: list | None = None,
-                   counts: list | None = None) -> "Embedded":
+                   max_length: int | None = None, progress=None, leads: list | None = None) -> "Embedded":
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
         dimensions, normalisation), with each text's tokens read and whether it was cut; max_length: the
         tokens a text may have (default: the model's limit), as in `encode`, or the options' max_length (one
         of the two); progress: as encode's; leads: each text's PromptLength.lead, for texts that begin with
-        their prompt already (the server's: options without one); counts: each text's tokens, counted by the
-        caller with this tokenizer on the text encode reads (the server's route), so not counted again."""
+        their prompt already (the server's: options without one)."""
+        return self._embed(texts, options, batch_size, max_length, progress, leads, None)
+
+    def _embed(self, texts, options, batch_size, max_length, progress, leads, counts) -> "Embedded":
+        # counts: the server route's (this tokenizer, the texts it sends), trusted: a wrong one cuts unsaid
         options, progress = options or EmbedOptions(), checked_progress(progress)
         check_dimensions(options, self.model.config.d_model * len(self.pooling))  # before any text is read
         max_length = _one_max_length(max_length, options)
@@ -215,8 +217,7 @@ class SentenceEncoder:
         limit = self._limit(max_length)
         length = self.prompt_length(prefix) if prefix else None  # once: the room check's, the pooling's
         self.check_prompt_room(prefix, options, limit, length=length)
-        counts = [len(self.tokenizer.encode(t).ids) for t in texts] if counts is None else \
-            _per_text("counts", counts, len(texts))
+        counts = [len(self.tokenizer.encode(t).ids) for t in texts] if counts is None else counts
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
         skip = self._skip(leads, length, len(texts), prefix, windowed=len(pieces) != len(texts))
@@ -373,7 +374,7 @@ def _one_max_length(max_length: int | None, options: EmbedOptions) -> int | None
 
 
 def _per_text(name: str, values, n_texts: int) -> list:
-    """embed_with's `leads` or `counts`, checked: a whole number >= 0 for each text (an OptionsError)."""
+    """embed_with's `leads` (`name`), checked: a whole number >= 0 for each text (an OptionsError)."""
     if not isinstance(values, (list, tuple)) or len(values) != n_texts or \
             not all(type(n) is int and n >= 0 for n in values):
         raise OptionsError(f"{name} must be {n_texts} whole numbers >= 0, one a text", name)

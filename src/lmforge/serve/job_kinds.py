@@ -18,7 +18,7 @@ from lmforge.tasks.qa import best_answer, window_spans
 
 
 def embed_batch(served, payloads: list) -> list:
-    """Embeddings of every job's texts from one embed_with call (one EmbedOptions: the jobs' key); per job,
+    """Embeddings of every job's texts from one embed_with run (one EmbedOptions: the jobs' key); per job,
     a list of (vector in the options' encoding, {tokens, truncated, chunks, dim}). The texts hold their
     prompt (the options none): each one's leads, the prompt's tokens the pooling may leave out, go along,
     and its tokens as the route counted them (none: a lowercasing model's, counted again here)."""
@@ -26,8 +26,9 @@ def embed_batch(served, payloads: list) -> list:
     leads = [n for p in payloads for n in p["leads"]]
     counted = all(p["counts"] is not None for p in payloads)
     counts = [n for p in payloads for n in p["counts"]] if counted else None
-    found = served.encoder.embed_with(texts, payloads[0]["options"], batch_size=max(1, len(texts)),
-                                      leads=leads, counts=counts)
+    # the route's counts go by embed_with's private channel: trusted there, never a public argument
+    found = served.encoder._embed(texts, payloads[0]["options"], max(1, len(texts)), None, None, leads,
+                                  counts)
     vectors, dim = found.output(), found.vectors.shape[1]
     info = [{"tokens": n, "truncated": cut, "chunks": c, "dim": dim}
             for n, cut, c in zip(found.tokens, found.truncated, found.chunks)]

@@ -30,14 +30,14 @@ def test_measure_counts_padding_and_special_tokens_out():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The tiny plan's corpus and tokenizer (trained once for the module)."""
-    from lmforge.bakeoff.runner import corpus_file
+    from lmforge.bakeoff.plan_corpus import corpus_files
     from lmforge.train.pretrain import read_documents
     from lmforge.train.tokenizer_run import run_tokenizer
 
     plan = check_plan(copy.deepcopy(TINY))
     out = tmp_path_factory.mktemp("sample")
-    corpus = corpus_file(plan.corpus, out)
-    return plan, corpus, run_tokenizer(out / "tokenizer", "bert", read_documents([corpus]), 300)
+    corpus = corpus_files(plan.corpus, out)
+    return plan, corpus, run_tokenizer(out / "tokenizer", "bert", read_documents(corpus), 300)
 
 
 def _measured(plan, arm, corpus, tokenizer) -> tuple:
@@ -56,7 +56,7 @@ def _measured(plan, arm, corpus, tokenizer) -> tuple:
     cfg = sized_to(arm_config(plan, arm, tokenizer.vocab_size), tokenizer, None, None)
     torch.manual_seed(0)
     objective = spec.make(from_config(cfg), tokenizer)
-    documents = tokenize_documents(tokenizer, read_documents([corpus]))
+    documents = tokenize_documents(tokenizer, read_documents(corpus))
     examples = build_examples(spec.examples, documents, tokenizer, T, 0, spec.options)
     batches, steps = StepBatches(examples, objective, batch, 1, seed=0), len(examples) // batch
     with FlopCounterMode(display=False) as counter:

@@ -1,23 +1,39 @@
 """The text a bake-off's run pretrains on (its plan's corpus, or an arm's own): built once under OUT, its
-checksum kept in OUT/built.json (results.built_files), or the plan's own files."""
+checksum kept in OUT/built.json (results.built_files), or the plan's own files, read where they are.
+
+A plan's own files (source: files), one or many, are read by lmforge.data.corpus as pretraining reads them
+(gzip, JSONL, bytes that are not UTF-8 skipped with a warning naming the file), and each file's checksum is
+kept in OUT/built.json at the run's first use of it. A file missing or changed since is a CorpusError
+naming it, on every use (the run's start, each arm's sampling and pretraining): the finished arms were
+trained on the text as it was (and the tokenizer too), so going on would mix two corpora in one result
+table unsaid, and rerunning them unasked would throw hours away. The user says which: restore the file,
+or run with a fresh --out.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
 from lmforge.bakeoff.corpus import documents as dictd_documents
 from lmforge.bakeoff.corpus import write_documents
-from lmforge.bakeoff.fingerprint import digest
-from lmforge.bakeoff.results import built_files
+from lmforge.bakeoff.results import BUILT, built_files, read_signed, write_signed
+from lmforge.utils.checksum import sha256
+
+SOURCES = "sources"  # in OUT/built.json: {a plan's corpus file, as the plan names it: its sha256}
 
 
-def corpus_file(corpus: dict, out: Path) -> Path:
-    """The corpus as one text file under OUT/corpus (written once; later runs read it, verified)."""
+class CorpusError(ValueError):
+    """A plan's corpus file missing, or changed since the run first read it: the message names the file."""
+
+
+def corpus_files(corpus: dict, out: Path) -> list:
+    """The files of a corpus, read as pretraining reads them: the plan's own (verified), or one text file
+    built under OUT/corpus (written once; later runs read it, verified)."""
     source = corpus["source"]
     if source == "files":
-        return Path(corpus["files"][0]) if len(corpus["files"]) == 1 else _joined(corpus["files"], out)
+        return verified_sources(corpus["files"], out)
     path = out / "corpus" / f"{source}-{corpus['documents']}-{corpus.get('seed', 0)}.txt"
     built_files(out, [path], lambda: write_documents(_documents(corpus), path))
-    return path
+    return [path]
 
 
 def _documents(corpus: dict) -> list:
@@ -28,11 +44,21 @@ def _documents(corpus: dict) -> list:
     return dictd_documents(corpus["source"], corpus["documents"], seed=corpus.get("seed", 0))
 
 
-def _joined(files: list, out: Path) -> Path:
-    path = out / "corpus" / f"files-{digest(files)}.txt"  # another list of files: another corpus
-
-    def build() -> None:
-        write_documents([Path(f).read_text(encoding="utf-8").strip() for f in files], path)
-
-    built_files(out, [path], build)
-    return path
+def verified_sources(files: list, out: Path) -> list:
+    """The plan's corpus files as paths, each checked against the checksum OUT/built.json keeps of it (one
+    read for the first time recorded): a CorpusError naming a file missing or changed since."""
+    out = Path(out)
+    record = read_signed(out / BUILT) if (out / BUILT).is_file() else {}
+    kept, seen = record.get(SOURCES, {}), {}
+    for name in files:
+        if not Path(name).is_file():  # a folder too: its checksum would be no one file's
+            raise CorpusError(f"{name}: {'not a file' if Path(name).exists() else 'no such file'} (a corpus "
+                              "file of the plan)")
+        seen[name] = sha256(name)
+        if kept.get(name, seen[name]) != seen[name]:
+            raise CorpusError(f"{name}: changed since this run first read it (its checksum in {out / BUILT} "
+                              "differs): its finished arms were trained on the text as it was; restore the "
+                              "file, or run with a fresh --out")
+    if any(name not in kept for name in seen):
+        write_signed(out / BUILT, {**record, SOURCES: {**kept, **seen}})
+    return [Path(name) for name in files]

@@ -4,10 +4,11 @@ every task with one recipe; one JSON line per (arm, seed, task) in OUT/results.j
 Layout under OUT: corpus/ (the plan's text, written once), tokenizers/KEY/tokenizer (trained once, shared by
 every arm), tasks/NAME-KEY.json (the downstream splits), ARM/seed-S/pretrain (a `lmforge pretrain` run
 directory: metrics.jsonl, checkpoints/, final/) and ARM/seed-S/TASK (a fine-tuning run), and schedule.json
-(each arm's steps and counted FLOPs); built.json keeps the checksums of the corpus files, which a rerun reads
-verified (results.built_files), as it reads the tokenizer's (run_tokenizer). Pretraining goes through
-train.pretrain.pretrain, the code `lmforge pretrain` runs; an arm's objective options and example format
-become a spec registered for the run only (objectives.registry), so the recipe itself is unchanged.
+(each arm's steps and counted FLOPs); built.json keeps the checksums of the corpus files (the plan's own too:
+plan_corpus), which a rerun reads verified (results.built_files), as it reads the tokenizer's (run_tokenizer).
+Pretraining goes through train.pretrain.pretrain, the code `lmforge pretrain` runs; an arm's objective options
+and example format become a spec registered for the run only (objectives.registry), so the recipe itself is
+unchanged.
 
 Resuming is arm by arm: a (arm, seed, task) line already in results.jsonl (each verified against
 its checksum, a torn last line cut: results.py) is skipped when its fingerprint is the plan's
@@ -28,7 +29,7 @@ from lmforge import objectives
 from lmforge.bakeoff.corpus import topic_task
 from lmforge.bakeoff.fingerprint import pretrain_key, result_key, schedule_key, task_key, tokenizer_key
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
-from lmforge.bakeoff.plan_corpus import corpus_file
+from lmforge.bakeoff.plan_corpus import corpus_files
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
 from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, check_finetune_len, read_by_kind
 from lmforge.bakeoff.results import RESULTS  # noqa: F401 (callers read it here)
@@ -178,8 +179,8 @@ class BakeOff:
         self.out.mkdir(parents=True, exist_ok=True)
         mend(self.out)  # a torn last row (a kill mid-append) cut, before hours of training rest on the file
         self.done = {(r["arm"], r["seed"], r["task"]): r.get("fingerprint") for r in read_results(self.out)}
-        self.corpus = corpus_file(plan.corpus, self.out)
-        docs = read_documents([self.corpus])
+        self.corpus = corpus_files(plan.corpus, self.out)  # a changed file of it refused (plan_corpus)
+        docs = read_documents(self.corpus)
         # trained once, verified on every rerun (train.pretrain.run_tokenizer keeps its checksums)
         self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan),
                                        plan.tokenizer["family"], docs, plan.tokenizer["vocab_size"])
@@ -298,7 +299,7 @@ class BakeOff:
         train = TrainConfig.from_dict({"progress": False, "log_every": max(1, steps // 50),
                                        "save_every": max(1, steps // CHECKPOINTS_PER_RUN), **options,
                                        "steps": steps, "seed": seed})
-        pretrain(spec.name, out, train, preset=arm.preset, data=[self.corpus_of(arm)],
+        pretrain(spec.name, out, train, preset=arm.preset, data=self.corpus_of(arm),
                  tokenizer=None if arm.model else self.tokenizer,  # a checkpoint reads with its own
                  overrides=arm.overrides if source is None else None, duplication=arm.duplication,
                  resume=bool(checkpoints(out / "checkpoints")),  # a rerun continues, a first run starts
@@ -332,9 +333,10 @@ class BakeOff:
         except (OSError, ValueError, AttributeError):
             return None
 
-    def corpus_of(self, arm: Arm) -> Path:
-        """The text an arm pretrains on: its own corpus or the plan's."""
-        return corpus_file(arm.corpus, self.out) if arm.corpus else self.corpus
+    def corpus_of(self, arm: Arm) -> list:
+        """The files an arm pretrains on: its own corpus or the plan's, verified again at each use (a file
+        edited while the plan runs is refused before an arm trains on it)."""
+        return corpus_files(arm.corpus or self.plan.corpus, self.out)
 
     def architecture(self, arm: Arm) -> str:
         """The architecture of an arm's model, read once a run (an arm from a checkpoint loads it)."""

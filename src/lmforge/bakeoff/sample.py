@@ -10,7 +10,6 @@ SAMPLE_DOCUMENTS documents with seed 0: deterministic, so a dry run and the run 
 from __future__ import annotations
 
 from itertools import islice
-from pathlib import Path
 
 import numpy as np
 
@@ -36,18 +35,18 @@ def measure(examples, special: set, T: int, micro_batch: int) -> Shares:
                   tokens=min(1.0, float(np.mean(lengths)) / T), maskable=min(1.0, maskable / T))
 
 
-def sample_documents(corpus: Path, tokenizer, cache: dict) -> list:
-    """The first SAMPLE_DOCUMENTS documents of `corpus`, tokenized as pretrain tokenizes them (kept in
-    `cache`, by path: arms share a corpus)."""
+def sample_documents(corpus: list, tokenizer, cache: dict) -> list:
+    """The first SAMPLE_DOCUMENTS documents of `corpus` (its files), tokenized as pretrain tokenizes them
+    (kept in `cache`, by paths: arms share a corpus)."""
     from lmforge.train.pretrain import tokenize_documents
 
-    key = str(corpus)
+    key = tuple(map(str, corpus))
     if key not in cache:
-        cache[key] = tokenize_documents(tokenizer, list(islice(CorpusReader([corpus]), SAMPLE_DOCUMENTS)))
+        cache[key] = tokenize_documents(tokenizer, list(islice(CorpusReader(list(corpus)), SAMPLE_DOCUMENTS)))
     return cache[key]
 
 
-def arm_shares(plan, arm, spec, tokenizer, corpus: Path, T: int, micro_batch: int,
+def arm_shares(plan, arm, spec, tokenizer, corpus: list, T: int, micro_batch: int,
                cache: dict) -> Shares | None:
     """The Shares of the examples `arm` (objective `spec`) builds from `corpus` at max_len T with
     `tokenizer` (`cache`: sample_documents'); None (the upper bound) for an arm that reads with a

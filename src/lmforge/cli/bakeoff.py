@@ -6,7 +6,9 @@
 
 A rerun with the same --out resumes: finished (arm, seed, task) results of the plan as it is are kept,
 an interrupted pretraining run continues from its checkpoint; what a changed plan changed (an arm, the
-budget, corpus, recipe or a task) runs again, and a line says so. Every size in a plan is bounded.
+budget, corpus, recipe or a task) runs again, and a line says so; a corpus file edited since the run first
+read it is refused (restore it, or use a fresh --out): the finished arms were trained on it as it was. Every
+size in a plan is bounded.
 The shipped plans are named under --plan below.
 """
 from __future__ import annotations

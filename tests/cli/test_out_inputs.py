@@ -173,3 +173,31 @@ def test_refuse_nested_reads_the_inputs_on_disk_by_the_rule_jobs_use(tmp_path, m
     (tmp_path / "corpus").mkdir()
     with pytest.raises(UsageError, match="lies inside the input folder --data corpus"):
         refuse_nested("corpus/out", ("--data", ["", "corpus"]))
+
+
+@pytest.mark.parametrize("argv", [["index", "build"], ["retrieve", "train", "--steps", "1"],
+                                  ["retrieve", "reader", "--steps", "1"]], ids=" ".join)
+def test_an_out_inside_a_retrieval_model_folder_is_refused_in_the_flags_words(tmp_path, argv):
+    """--model M --out M/ix: a retrieval job reads a model folder whole (a retriever's passage/), so its
+    Python job refused it, naming "out" and "model", no flag the command has; the command's check (a model
+    folder read by its model files) let it through. Now the command refuses it first, in the job's wording
+    with the flags, and nothing is written."""
+    import lmforge
+    from lmforge.retrieval.jobs import build_index_dir
+    from lmforge.utils.apart import WHY
+    from lmforge.utils.atomic import UnsafePath
+
+    model = tmp_path / "enc"
+    lmforge.build(lmforge.tiny("bert-base")).save(model)
+    out, before = model / "ix", sorted(p.name for p in model.iterdir())
+
+    def words(out_name: str, model_name: str) -> str:
+        return (f"{out_name} {out} lies inside the input {model_name} {model}: {WHY['lies inside']}; "
+                f"choose another {out_name}")
+
+    line = cli_verdict([*argv, "--model", str(model), "--out", str(out)], {})
+    assert line == f"lmforge {' '.join(argv[:2])}: error: {words('--out', '--model')}\n", line
+    with pytest.raises(UnsafePath) as err:
+        build_index_dir(out, None, str(model))
+    assert str(err.value) == words("out", "model")
+    assert sorted(p.name for p in model.iterdir()) == before  # nothing written

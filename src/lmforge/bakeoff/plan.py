@@ -60,7 +60,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")  # arm and task names 
 # the plan's own sizes, bounded both ways (a dry run of documents: 1e9 would never end); name -> (lowest,
 # highest). What a run takes (training options, max_len, duplication, seeds) is not here: the options
 # object that runs it checks it (_option, _built), so a plan and the commands accept alike
-BOUNDS = {"documents": (1, 10 ** 6),  # the corpus is built here (runner.corpus_file), held in memory
+BOUNDS = {"documents": (1, 10 ** 6),  # the corpus is built here (plan_corpus.corpus_files), held in memory
           "n_per_label": (2, 10 ** 5), "n": BUILTIN_SIZE,  # a task's records, built here (runner.task_splits)
           "vocab_size": (len(WORD_TOKENS) + 1, MAX_VOCAB),  # words' least; the other kinds': TokenizerOptions
           "seeds": (1, 100), "arms": (1, 64), "tasks": (1, 64),  # every arm x seed x task is a run

@@ -223,3 +223,21 @@ def test_a_python_caller_cannot_pass_counts_that_would_cut_a_text_unsaid(tmp_pat
     own = encoder.embed_with(texts)
     given = encoder._embed(texts, None, 32, None, None, None, list(own.tokens))  # the server's channel
     assert given.tokens == own.tokens == [8, 3] and torch.equal(given.vectors, own.vectors)
+
+
+def test_a_lead_and_another_texts_windows_share_one_call(tmp_path):
+    """One text with a lead, another of no prompt in windows (two requests in one server batch): each pools
+    as alone; the chunk refusal of a left-out prompt was the batch's, so both failed and ran again alone."""
+    from lmforge.pipelines.embed import SentenceEncoder
+
+    path = tiny_st_dir(tmp_path, {"pooling_mode": "mean", "include_prompt": False})
+    encoder = SentenceEncoder.from_dir(path)
+    chunk, lead = EmbedOptions(prompt="", truncate="chunk"), encoder.prompt_length("x y ").lead
+    both = encoder.embed_with(["x y abc def", LONG], chunk, leads=[lead, 0])
+    assert both.chunks == [1, 2]
+    alone = encoder.embed_with(["abc def"], EmbedOptions(prompt="x y ", truncate="chunk")).vectors[0]
+    assert torch.allclose(both.vectors[0], alone, atol=1e-5)
+    assert torch.allclose(both.vectors[1], encoder.embed_with([LONG], chunk).vectors[0], atol=1e-5)
+    with pytest.raises(OptionsError) as err:  # the text in windows with a lead is still refused
+        encoder.embed_with([LONG, "a"], chunk, leads=[lead, 0])
+    assert err.value.field == "truncate"

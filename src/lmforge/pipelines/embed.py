@@ -220,16 +220,15 @@ class SentenceEncoder:
         counts = [len(self.tokenizer.encode(t).ids) for t in texts] if counts is None else counts
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
-        skip = self._skip(leads, length, len(texts), prefix, windowed=len(pieces) != len(texts))
+        at = torch.tensor(owners, dtype=torch.long)  # long even when there are none
+        chunks = torch.bincount(at, minlength=len(texts)).tolist()
+        skip = self._skip(leads, length, len(texts), prefix, windowed=[c > 1 for c in chunks])
         if progress is not None and len(pieces) != len(texts):  # windows: the share of the texts done
             progress = _share(progress, len(texts), len(pieces))
-        # skip is one a text, which are the pieces where any is left out (windowed texts were refused)
-        raw = self.encode(pieces, batch_size=1 if options.batch_invariant else batch_size, normalize=False,
-                          max_length=limit, progress=progress, skip=skip if any(skip) else 0)
-        at = torch.tensor(owners, dtype=torch.long, device=raw.device)  # long even when there are none
+        raw = self.encode(pieces, 1 if options.batch_invariant else batch_size, False, limit, progress,
+                          [skip[i] for i in owners] if any(skip) else 0)  # a window: its text's lead
         share = torch.tensor(weights, dtype=raw.dtype, device=raw.device)[:, None]
-        pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, at, raw * share)
-        chunks = torch.bincount(at.cpu(), minlength=len(texts)).tolist()
+        pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, at.to(raw.device), raw * share)
         vectors = leading(pooled, options.dimensions or pooled.shape[1], options.normalize)  # Matryoshka
         truncated = [bool(limit and n > limit and options.truncate is True) for n in counts]
         # the tokens read (a cut text's limit, a chunked one's all), as the server counts them: it reads only
@@ -238,16 +237,17 @@ class SentenceEncoder:
         return Embedded(vectors.float().cpu(), read, truncated, chunks, options, self.path)
 
     def _skip(self, leads: list | None, length: PromptLength | None, n: int, prefix: str,
-              windowed: bool) -> list:
+              windowed: list) -> list:
         """Each text's leading tokens the pooling leaves out: none where the model includes the prompt, else
         the prompt's lead, or embed_with's `leads` (checked: whole numbers >= 0, one a text, no prompt);
-        refused where a text is `windowed` (its later windows do not begin with the prompt)."""
+        refused for a text `windowed` with a lead (its later windows do not begin with the prompt: a batch's
+        other texts, of no prompt, may be windowed)."""
         if leads is not None and prefix:
             raise OptionsError("leads are given for texts that hold their prompt; the options add another",
                                "leads")
         found = [length.lead if length else 0] * n if leads is None else _per_text("leads", leads, n)
         skip = [0] * n if self.include_prompt else found
-        if any(skip) and windowed:
+        if any(lead and w for lead, w in zip(skip, windowed)):
             raise OptionsError('truncate="chunk": only a text\'s first window holds the prompt, which this '
                                "model leaves out of its pooling (include_prompt false); send truncate=true",
                                "truncate")

@@ -129,3 +129,21 @@ def test_transformer_is_the_paper_architecture():
     weight, bias = head.projection()
     assert weight is model.tokens.weight and bias is None
     assert head.transform is None and sum(p.numel() for p in head.parameters()) == 0
+
+
+@pytest.mark.parametrize("preset, overrides, field", [
+    ("bert-base", dict(window=64), "window"), ("gpt2", dict(lstm_dim=64), "lstm_dim"),
+    ("mistral-7b", dict(n_layers=2, window_schedule=[4, 16], window=32), "window"),
+    ("bert-base", dict(rotary_theta=5.0), "rotary_theta")])
+def test_tiny_refuses_an_override_of_no_effect_as_build_does(preset, overrides, field):
+    """tiny(name, **overrides) applied them with replace(): bert-base's window=64 was taken, unsaid."""
+    for call in (lmforge.build, lmforge.tiny):
+        with pytest.raises(ConfigError, match=f"^{field}=.* has no effect on this ") as refused:
+            call(preset, **overrides)
+        assert refused.value.field == field
+
+
+def test_tiny_checks_only_the_caller_s_overrides_not_its_own_sizes():
+    cfg = lmforge.tiny("bert-base", attention="sliding-window")  # tiny's own window=8 fits max_seq_len=64
+    assert (cfg.window, cfg.max_seq_len) == (8, 64) and "window" in lmforge.tiny("bert-base").inert_fields()
+    assert lmforge.tiny("bert-base", window=512).window == 512  # the field's default: no override to refuse

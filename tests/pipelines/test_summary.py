@@ -32,6 +32,18 @@ def test_sparse_patterns_cost_less_at_long_context():
                                                                     global_projections=False), 4096)
 
 
+def test_a_window_schedule_sets_each_layer_s_keys_in_the_flops_not_window():
+    """The estimate read `window` (8 here) for every layer, which no layer reads under a schedule."""
+    cfg = lmforge.tiny("mistral-7b", n_kv_heads=None, window_schedule=[4, 16])
+    each = [cfg.replace(window_schedule=None, window=w) for w in (4, 16)]
+    assert 2 * flops_per_token(cfg, 64) == flops_per_token(each[0], 64) + flops_per_token(each[1], 64)
+    q_dim = cfg.n_heads * cfg.head_dim  # 2 FLOPs per multiply-add, for the scores and the mixing
+    assert flops_per_token(cfg, 64) - flops_per_token(each[0], 64) == 2 * 2 * (17 - 5) * q_dim
+    pruned = cfg.replace(pruned_heads={"decoder.1": [0]})  # a head of the window-16 layer: 17 keys
+    d, dh = cfg.d_model, cfg.head_dim
+    assert flops_per_token(cfg, 64) - flops_per_token(pruned, 64) == 2 * (4 * d * dh + 2 * 17 * dh)
+
+
 def test_describe_names_the_parts():
     text = describe(lmforge.build(lmforge.tiny("llama-3.2-1b")))
     assert "rotary" in text and "swiglu" in text and "GQA" in text and "FLOPs/token" in text

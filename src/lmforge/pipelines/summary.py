@@ -29,12 +29,21 @@ def pattern_counts(cfg: ModelConfig) -> dict:
     return {cfg.attention: cfg.n_layers}
 
 
-def _attended_keys(cfg: ModelConfig, pattern: str, context: int) -> int:
-    """Keys each query attends to under `pattern` at sequence length `context`."""
+def _window_counts(cfg: ModelConfig) -> dict:
+    """(pattern, window) -> number of layers using both: each layer's window is the model's own
+    (cfg.layer_window: the window schedule's entry, where there is one, else `window`)."""
+    if cfg.window_schedule:  # already a list per layer, so zipping one is no new cost
+        return dict(Counter(zip(cfg.layer_patterns(), cfg.window_schedule)))
+    return {(pattern, cfg.window): n for pattern, n in pattern_counts(cfg).items()}
+
+
+def _attended_keys(cfg: ModelConfig, pattern: str, context: int, window: int) -> int:
+    """Keys each query attends to under `pattern` (of a layer whose window is `window`) at sequence
+    length `context`."""
     if pattern in ("sliding-window", "dilated"):
-        return min(context, cfg.window + 1)
+        return min(context, window + 1)
     if pattern == "longformer":
-        return min(context, cfg.window + 1 + cfg.n_global_tokens)
+        return min(context, window + 1 + cfg.n_global_tokens)
     if pattern == "bigbird":
         return min(context, (3 + 2 + cfg.n_random_blocks) * cfg.block_size)
     if pattern == "linformer":
@@ -57,10 +66,10 @@ def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool 
     q_dim, kv_dim = cfg.n_heads * dh, cfg.kv_heads * dh
     projections = d * q_dim + 2 * d * kv_dim + q_dim * d
     ffn = d * cfg.d_ff * (3 if cfg.ffn in GATED else 2)
-    macs = sum(n * (projections + ffn + 2 * _attended_keys(cfg, p, context) * q_dim)
-               for p, n in pattern_counts(cfg).items())
+    macs = sum(n * (projections + ffn + 2 * _attended_keys(cfg, p, context, w) * q_dim)
+               for (p, w), n in _window_counts(cfg).items())
     if cfg.architecture == "encoder-decoder":
-        self_attn = projections + 2 * _attended_keys(cfg, "full", context) * q_dim
+        self_attn = projections + 2 * context * q_dim  # the decoder's self-attention is full
         macs += cfg.decoder_layers * (self_attn + ffn + projections + 2 * context * q_dim)
     macs -= _pruned_macs(cfg, context)
     if cfg.embed_dim != d:
@@ -80,8 +89,10 @@ def _pruned_macs(cfg: ModelConfig, context: int) -> int:
     for key, heads in (cfg.pruned_heads or {}).items():
         attention, _, layer = key.partition(".")
         seq2seq_decoder = attention != "encoder" and cfg.architecture == "encoder-decoder"
-        keys = context if attention == "cross" else _attended_keys(
-            cfg, "full" if seq2seq_decoder else patterns[int(layer)], context)
+        if attention == "cross" or seq2seq_decoder:  # an encoder-decoder's decoder attends to every key
+            keys = context
+        else:
+            keys = _attended_keys(cfg, patterns[int(layer)], context, cfg.layer_window(int(layer)))
         macs += len(heads) * (4 * d * dh + 2 * keys * dh)
     return macs
 

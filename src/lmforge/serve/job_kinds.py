@@ -21,11 +21,10 @@ def embed_batch(served, payloads: list) -> list:
     """Embeddings of every job's texts from one embed_with run (one EmbedOptions: the jobs' key); per job,
     a list of (vector in the options' encoding, {tokens, truncated, chunks, dim}). The texts hold their
     prompt (the options none): each one's leads, the prompt's tokens the pooling may leave out, go along,
-    and its tokens as the route counted them (none: a lowercasing model's, counted again here)."""
+    and its tokens as the route counted them (the texts as the model reads them, lowercased where it does)."""
     texts = [t for p in payloads for t in p["texts"]]
     leads = [n for p in payloads for n in p["leads"]]
-    counted = all(p["counts"] is not None for p in payloads)
-    counts = [n for p in payloads for n in p["counts"]] if counted else None
+    counts = [n for p in payloads for n in p["counts"]]
     # the route's counts go by embed_with's private channel: trusted there, never a public argument
     found = served.encoder._embed(texts, payloads[0]["options"], max(1, len(texts)), None, None, leads,
                                   counts)

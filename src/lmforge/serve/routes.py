@@ -117,7 +117,10 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
     most = bound.tokens * options.chunk_limit() if chunk else bound
-    texts, counts = await clip(server, served, [prefix + t for t in texts], bool(options.truncate), most)
+    # counted, clipped and sent as the model reads them (lowercased where it lowercases, as embed_with does):
+    # counted as sent, a cased tokenizer's 14-token text was a 413 of 44 tokens, which Python reads whole
+    lowered = [(prefix + t).lower() if served.encoder.lowercase else prefix + t for t in texts]
+    texts, counts = await clip(server, served, lowered, bool(options.truncate), most)
     if chunk and any(n > most for n in counts):
         raise RequestError(422, f"an input is more than max_chunks={options.chunk_limit()} windows of "
                            f"{bound.tokens} tokens", param="max_chunks")
@@ -125,10 +128,9 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
     # the prompt's leading tokens, which the worker leaves out of the pooling where the model does (its
     # options carry no prompt: a batch mixes requests of different prompts, each text with its own lead)
     lead = 0 if length is None or served.encoder.include_prompt else length.lead
-    # the counts go along, so the worker does not count again (a lowercasing model's: counted as it reads)
-    sent = None if served.encoder.lowercase else counts
+    # the counts go along, so the worker does not count again
     parts = [({"texts": [texts[i] for i in run], "options": options, "leads": [lead] * len(run),
-               "counts": None if sent is None else [sent[i] for i in run]}, n, len(run))
+               "counts": [counts[i] for i in run]}, n, len(run))
              for run, n in split(list(range(len(texts))), lengths, server.limits)]
     results = await server.run("embed", served, parts, key=("embed", served.name, repr(options)),
                                interleave=True)

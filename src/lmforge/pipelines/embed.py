@@ -216,7 +216,7 @@ class SentenceEncoder:
         texts = [t.lower() for t in texts] if self.lowercase else texts  # counted, windowed as encode reads
         limit = self._limit(max_length)
         length = self.prompt_length(prefix) if prefix else None  # once: the room check's, the pooling's
-        self.check_prompt_room(prefix, options, limit, length=length)
+        self.check_prompt_room(length, options, limit)
         counts = [len(self.tokenizer.encode(t).ids) for t in texts] if counts is None else counts
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
@@ -253,16 +253,14 @@ class SentenceEncoder:
                                "truncate")
         return skip
 
-    def check_prompt_room(self, prefix: str, options: EmbedOptions, limit: int | None,
-                          tokenizer: Tokenizer | None = None, length: PromptLength | None = None) -> None:
+    def check_prompt_room(self, length: PromptLength | None, options: EmbedOptions,
+                          limit: int | None) -> None:
         """OptionsError naming prompt (prompt_name for a named or the model's default one) where the prompt
         and the special tokens fill the `limit` a text may have: cut there, every text read as the prompt
-        alone, one vector for all texts (a chunked text's later windows do read it: not refused). Counted
-        with `tokenizer` (default the encoder's; the server's event loop gives its own copy: the encoder's
-        every encode waits on the lock its workers hold), unless `length` (prompt_length's) is given."""
-        if not prefix or not limit or options.truncate == "chunk":
+        alone, one vector for all texts (a chunked text's later windows do read it: not refused). length:
+        prompt_length's (the server's measured by its event loop's tokenizer), None for no prompt."""
+        if length is None or not limit or options.truncate == "chunk":
             return
-        length = self.prompt_length(prefix, tokenizer) if length is None else length
         if length.tokens + length.specials >= limit:
             named = options.prompt is None
             said = f"prompt_name={options.prompt_name or self.default_prompt!r}" if named else "prompt"

@@ -10,6 +10,7 @@ from lmforge.tokenizer import load_tokenizer
 from lmforge.train.pretrain import read_documents
 
 
+@pytest.mark.slow  # an end-to-end run through the command line, stopped and resumed
 def test_pretrain_mlm_on_the_builtin_corpus_and_resume(tmp_path, monkeypatch):
     out = tmp_path / "run"
     args = ["pretrain", "--preset", "bert-tiny", "--objective", "mlm", "--out", str(out), "--steps", "6",

@@ -18,6 +18,7 @@ def _losses(out):
     return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # four end-to-end pretraining runs: ~10 s of the default suite
 @pytest.mark.parametrize("objective,preset", [("prefix-lm", "gpt2"), ("prefix-lm", "t5-small"),
                                               ("span-corruption", "t5-small"), ("denoising", "bart-base")])
 def test_loss_falls_on_the_builtin_corpus(tmp_path, objective, preset):

@@ -31,6 +31,7 @@ def held_out_perplexities(model, tokenizer, sentences: list) -> tuple:
     return float(metrics["forward_perplexity"]), float(metrics["backward_perplexity"])
 
 
+@pytest.mark.slow  # an end-to-end pretraining run
 def test_both_perplexities_fall_on_the_builtin_corpus(tmp_path):
     # 20 steps on 300 documents (all 2,000 took four times as long): both perplexities fell to 0.17 and 0.28
     # of step 5's by step 20, and held out to 0.23 and 0.30 of the untrained model's (2,000: 0.16 and 0.28)

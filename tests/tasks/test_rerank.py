@@ -45,9 +45,9 @@ def _train(loss: str, distill: str = "mse", steps: int = 60) -> tuple:
 
 # the steps each loss takes to fall to 0.6 of its start with a margin (listwise and KL: about 0.45 at 20)
 @pytest.mark.parametrize("loss,distill,steps", [
-    ("bce", "mse", 60),
+    pytest.param("bce", "mse", 60, marks=pytest.mark.slow),  # 60 steps: ~3 s each
     ("listwise", "mse", 20),
-    ("distill", "mse", 60),
+    pytest.param("distill", "mse", 60, marks=pytest.mark.slow),
     ("distill", "kl", 20),
 ])
 def test_each_loss_falls_and_the_positive_comes_first(loss, distill, steps):

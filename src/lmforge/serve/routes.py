@@ -125,9 +125,9 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
         raise RequestError(422, f"an input is more than max_chunks={options.chunk_limit()} windows of "
                            f"{bound.tokens} tokens", param="max_chunks")
     lengths = fit_lengths(counts, most, bool(options.truncate), server.limits)
-    # the prompt's leading tokens, which the worker leaves out of the pooling where the model does (its
-    # options carry no prompt: a batch mixes requests of different prompts, each text with its own lead)
-    lead = 0 if length is None or served.encoder.include_prompt else length.lead
+    # the prompt's leading tokens (its options carry no prompt: a batch mixes requests of different prompts,
+    # each text with its own lead); embed_with's _skip alone decides whether the model leaves them out
+    lead = 0 if length is None else length.lead
     # the counts go along, so the worker does not count again
     parts = [({"texts": [texts[i] for i in run], "options": options, "leads": [lead] * len(run),
                "counts": [counts[i] for i in run]}, n, len(run))

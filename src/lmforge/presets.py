@@ -7,7 +7,6 @@ from __future__ import annotations
 
 
 from lmforge.config import ConfigError, ModelConfig
-from lmforge.config.checks import refuse_inert
 from lmforge.config.names import close_names
 
 # Counts (tests/test_presets_hf.py): a preset's backbone equals the reference library's model of the
@@ -194,8 +193,6 @@ def _tiny_sizes(cfg: ModelConfig) -> dict:
 def tiny(name: str, **overrides) -> ModelConfig:
     """A test-size config of the preset's family, with `overrides` applied (one of no effect refused)."""
     cfg = get_config(name)
-    sized = cfg.replace(**{**_tiny_sizes(cfg), **overrides})
-    # only the caller's names: the tiny sizes include some of no effect (a BERT's window), shrunk all the
-    # same so that attention='sliding-window' finds a window within the tiny max_seq_len
-    refuse_inert(sized, overrides)
-    return sized
+    # the tiny sizes by replace(): some have no effect (a BERT's window), shrunk all the same so that
+    # attention='sliding-window' finds a window within the tiny max_seq_len; the caller's names are checked
+    return cfg.replace(**_tiny_sizes(cfg)).with_overrides(**overrides)

@@ -16,9 +16,10 @@ words of their own, so an unknown piece inside a word splits it. After a line br
 from __future__ import annotations
 
 import numbers
-from lmforge.utils.errors import shown
 
 from tokenizers.models import WordLevel
+
+from lmforge.utils.errors import shown
 
 METASPACE = "\u2581"  # "▁"
 # byte-level BPE spells byte b < 33 as chr(256 + b): space Ġ, and \t \n \v \f \r as ĉ Ċ ċ Č č

@@ -18,15 +18,6 @@ from tests.tasks.core import tokenizer
 PAD = 1  # not 0: beam search, as the reference, fills with -1 where the pad id is 0
 
 
-@pytest.fixture(scope="module")
-def decoder():
-    tok = tokenizer("gpt2")
-    torch.manual_seed(0)
-    model = lmforge.build(lmforge.tiny("gpt2", vocab_size=tok.vocab_size))
-    attach(model, "lm")
-    return model, tok
-
-
 def _prompt(tok, text: str) -> list:
     return tok.encode(text, add_special_tokens=False).ids
 

@@ -12,7 +12,6 @@ from lmforge.generate.options import GenerationOptions
 from lmforge.generate.stops import (MAX_STOP, MAX_STOP_CHARS, StopLimitError, TextTail, check_stops,
                                     generate_until_stop)
 from lmforge.generate.text import continuation
-from lmforge.heads import attach
 from tests.tasks.core import tokenizer
 
 
@@ -66,15 +65,6 @@ def test_stops_past_a_bound_are_refused_in_one_wording_naming_the_bound(stop, li
     assert err.value.limit == limit and str(err.value) == said and err.value.field == "stop_strings"
     assert not hasattr(err.value, "plain")
     check_stops(stop, max_stop=len(stop), max_chars=MAX_STOP_CHARS + 1)  # a server's higher limits pass
-
-
-@pytest.fixture(scope="module")
-def decoder():
-    tok = tokenizer("gpt2")
-    torch.manual_seed(0)
-    model = lmforge.build(lmforge.tiny("gpt2", vocab_size=tok.vocab_size))
-    attach(model, "lm")
-    return model, tok
 
 
 def test_greedy_generation_ends_at_the_step_a_stop_string_appears(decoder):

@@ -9,7 +9,8 @@ import torch
 import lmforge
 from lmforge.cli import main
 from lmforge.io import find_model_dir
-from lmforge.pipelines.embed import SentenceEncoder, pooling_modes
+from lmforge.pipelines.embed import SentenceEncoder
+from lmforge.pipelines.embed_config import pooling_modes
 
 TEXTS = ["Héllo wörld! Ça va? naïve café", "emoji 😀🎉 and 👩‍👩‍👧", "The quick brown fox.",
          "pneumonoultramicroscopicsilicovolcanoconiosis " * 40,  # > 256 tokens: truncated

@@ -209,7 +209,8 @@ def test_leads_leave_each_texts_own_prompt_out_in_one_call(tmp_path):
 
 def test_a_python_caller_cannot_pass_counts_that_would_cut_a_text_unsaid(tmp_path):
     """embed_with(counts=[3]) for a 50-token text was trusted: no refusal, the text cut at 16 tokens, said to
-    be 3 and not cut. The server's counts go by a private channel; embed_with counts every text itself."""
+    be 3 and not cut. embed_with counts every text itself; the server's counts go by embed_counted, which
+    says it trusts them (public: the server module calls it), and give what embed_with's own counts give."""
     from lmforge.pipelines.embed import SentenceEncoder
 
     encoder = SentenceEncoder.from_dir(tiny_st_dir(tmp_path, {"pooling_mode": "mean"}))
@@ -221,7 +222,7 @@ def test_a_python_caller_cannot_pass_counts_that_would_cut_a_text_unsaid(tmp_pat
     assert err.value.field == "truncate"
     texts = ["abc def", "a"]
     own = encoder.embed_with(texts)
-    given = encoder._embed(texts, None, 32, None, None, None, list(own.tokens))  # the server's channel
+    given = encoder.embed_counted(texts, None, 32, None, None, None, list(own.tokens))  # the server's
     assert given.tokens == own.tokens == [8, 3] and torch.equal(given.vectors, own.vectors)
 
 

@@ -122,10 +122,10 @@ class SentenceEncoder:
         tokens a text may have (default: the model's limit), as in `encode`, or the options' max_length (one
         of the two); progress: as encode's; leads: each text's PromptLength.lead, for texts that begin with
         their prompt already (the server's: options without one)."""
-        return self._embed(texts, options, batch_size, max_length, progress, leads, None)
+        return self.embed_counted(texts, options, batch_size, max_length, progress, leads, None)
 
-    def _embed(self, texts, options, batch_size, max_length, progress, leads, counts) -> "Embedded":
-        # counts: the server route's (this tokenizer, the texts it sends), trusted: a wrong one cuts unsaid
+    def embed_counted(self, texts, options, batch_size, max_length, progress, leads, counts) -> "Embedded":
+        """embed_with of texts whose token `counts` are trusted: the server counted them, same tokenizer."""
         options, progress = options or EmbedOptions(), checked_progress(progress)
         check_dimensions(options, self.model.config.d_model * len(self.pooling))  # before any text is read
         max_length = _one_max_length(max_length, options)

@@ -25,9 +25,9 @@ def embed_batch(served, payloads: list) -> list:
     texts = [t for p in payloads for t in p["texts"]]
     leads = [n for p in payloads for n in p["leads"]]
     counts = [n for p in payloads for n in p["counts"]]
-    # the route's counts go by embed_with's private channel: trusted there, never a public argument
-    found = served.encoder._embed(texts, payloads[0]["options"], max(1, len(texts)), None, None, leads,
-                                  counts)
+    # the route counted them with the encoder's tokenizer: trusted, not counted again (embed_with counts)
+    found = served.encoder.embed_counted(texts, payloads[0]["options"], max(1, len(texts)), None, None, leads,
+                                         counts)
     vectors, dim = found.output(), found.vectors.shape[1]
     info = [{"tokens": n, "truncated": cut, "chunks": c, "dim": dim}
             for n, cut, c in zip(found.tokens, found.truncated, found.chunks)]

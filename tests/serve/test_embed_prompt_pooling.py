@@ -44,13 +44,13 @@ def test_served_vectors_leave_the_prompt_out_as_lmforge_embed(model_dir, prompt)
 
 def test_two_prompts_in_one_batch_each_leave_their_own_out(model_dir):
     served_model = load_served("e", model_dir)
-    calls, real = [], served_model.encoder._embed
+    calls, real = [], served_model.encoder.embed_counted
 
     def counted(texts, *args, **kwargs):
         calls.append(len(texts))
         return real(texts, *args, **kwargs)
 
-    served_model.encoder._embed = counted
+    served_model.encoder.embed_counted = counted
     found = {}
     limits = Limits(batch_wait_ms=3000.0)  # the worker waits for the second request, then runs both at once
     with TestClient(create_app({"e": served_model}, limits, threads=1, workers=1)) as client:

@@ -187,6 +187,18 @@ def test_the_prompt_alone_is_tokenised_once_a_call_for_its_room_and_its_pooling(
     assert (length.specials, length.lead) == (2, 3)  # [CLS] x y [SEP]: [CLS] x y lead a text
 
 
+def test_no_prompt_has_no_length_and_is_not_encoded(tmp_path):
+    """prompt_length("") is None, nothing encoded: its callers (embed_with, the server's /embed route) each
+    wrote `prompt_length(prefix) if prefix else None`; a prompt's length is measured as before."""
+    from lmforge.pipelines.embed import SentenceEncoder
+
+    encoder = SentenceEncoder.from_dir(tiny_st_dir(tmp_path, {"pooling_mode": "mean"}))
+    encode, seen = encoder.tokenizer.encode, []
+    encoder.tokenizer.encode = lambda text, *a, **kw: seen.append(text) or encode(text, *a, **kw)
+    assert encoder.prompt_length("") is None and seen == []
+    assert encoder.prompt_length("x y ").tokens == 2 and seen == ["x y "]
+
+
 def test_leads_leave_each_texts_own_prompt_out_in_one_call(tmp_path):
     """embed_with(leads=): texts that hold their prompt (the server's), prompts mixed in one batch, pool as
     each prompt given in the options pools; leads that do not fit are refused naming leads."""

@@ -133,7 +133,7 @@ class SentenceEncoder:
         texts = [prefix + t for t in checked_texts(texts)]
         texts = [t.lower() for t in texts] if self.lowercase else texts  # counted, windowed as encode reads
         limit = self._limit(max_length)
-        length = self.prompt_length(prefix) if prefix else None  # once: the room check's, the pooling's
+        length = self.prompt_length(prefix)  # once: the room check's, the pooling's
         self.check_prompt_room(length, options, limit)
         counts = [len(self.tokenizer.encode(t).ids) for t in texts] if counts is None else counts
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
@@ -186,9 +186,12 @@ class SentenceEncoder:
                                f"special tokens it fills the {limit} a text may have, leaving none for the "
                                "text", "prompt_name" if named else "prompt")
 
-    def prompt_length(self, prefix: str, tokenizer: Tokenizer | None = None) -> PromptLength:
+    def prompt_length(self, prefix: str, tokenizer: Tokenizer | None = None) -> PromptLength | None:
         """The tokens of `prefix` alone (lowercased where the model lowercases), one encode with `tokenizer`
-        (default the encoder's); lead: less a closing special token ([SEP], </s>), which no text has there."""
+        (default the encoder's); lead: less a closing special token ([SEP], </s>), which no text has there.
+        None for no prompt ("": nothing encoded), as check_prompt_room and _skip read it."""
+        if not prefix:
+            return None
         tokenizer = self.tokenizer if tokenizer is None else tokenizer
         found = tokenizer.encode(prefix.lower() if self.lowercase else prefix)
         specials = tokenizer.backend.num_special_tokens_to_add(False)

@@ -111,7 +111,7 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
     try:
         prefix = prompt_of(options, served.encoder.prompts, served.encoder.default_prompt)
         # as lmforge.embed refuses it, counted by the event loop's tokenizer (the workers' waits on a lock)
-        length = served.encoder.prompt_length(prefix, served.front) if prefix else None
+        length = served.encoder.prompt_length(prefix, served.front)
         served.encoder.check_prompt_room(length, options, bound.tokens)
         options = dataclasses.replace(options, prompt="", prompt_name=None)  # the prefix is in the texts now
     except OptionsError as err:

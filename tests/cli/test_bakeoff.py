@@ -176,3 +176,30 @@ def test_several_corpus_files_are_read_as_one_is_a_missing_one_named(tmp_path, c
     assert main(_files_plan(tmp_path, good, missing)) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(missing) in err and "no such file" in err, err
+
+
+def test_the_names_refused_in_out_are_those_a_run_and_its_report_write(tmp_path, capsys, monkeypatch):
+    """out_names restated the runner's and the report's file names as literals, free to drift from what they
+    write; they share bakeoff.layout now. A whole run (training faked) and its report leave at the top of
+    --out exactly the names a plan or an input there is refused under: none written unrefused, none stale."""
+    from lmforge.bakeoff import runner
+    from lmforge.bakeoff.plan import check_plan
+    from lmforge.cli.bakeoff import out_names
+
+    def fake_pretrain(objective, out, *rest, **options):  # a run directory with a learning curve to draw
+        (out / "final").mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.0}\n')
+
+    def fake_finetune(self, arm, seed, task, model):
+        return {"plan": self.plan.name, "arm": arm.name, "seed": seed, "task": task, "metric": "accuracy",
+                "value": 0.5, "metrics": {"accuracy": 0.5}}
+
+    monkeypatch.setattr(runner, "pretrain", fake_pretrain)
+    monkeypatch.setattr(runner.BakeOff, "finetune", fake_finetune)
+    (tmp_path / "p.json").write_text(json.dumps(TINY))
+    assert main(["bakeoff", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o")]) == 0, \
+        capsys.readouterr().err
+    written = {path.name for path in (tmp_path / "o").iterdir()}
+    refused = set(out_names(check_plan(json.loads(json.dumps(TINY)))))
+    assert written <= refused, f"written, not refused: {written - refused}"
+    assert refused <= written, f"refused, never written: {refused - written}"

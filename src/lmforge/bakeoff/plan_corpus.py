@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lmforge.bakeoff.corpus import documents as dictd_documents
 from lmforge.bakeoff.corpus import write_documents
+from lmforge.bakeoff.layout import CORPUS
 from lmforge.bakeoff.results import BUILT, built_files, read_signed, write_signed
 from lmforge.utils.checksum import sha256
 
@@ -31,7 +32,7 @@ def corpus_files(corpus: dict, out: Path) -> list:
     source = corpus["source"]
     if source == "files":
         return verified_sources(corpus["files"], out)
-    path = out / "corpus" / f"{source}-{corpus['documents']}-{corpus.get('seed', 0)}.txt"
+    path = out / CORPUS / f"{source}-{corpus['documents']}-{corpus.get('seed', 0)}.txt"
     built_files(out, [path], lambda: write_documents(_documents(corpus), path))
     return [path]
 

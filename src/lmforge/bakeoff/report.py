@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 
 from lmforge.bakeoff.fingerprint import current, pretrain_key, schedule_key
+from lmforge.bakeoff.layout import CURVES, REPORT, SCHEDULE, SUMMARY
 from lmforge.bakeoff.plan import Plan
 from lmforge.bakeoff.results import read_results
 from lmforge.config import atomic_write_text
@@ -160,7 +161,7 @@ def plan_schedules(plan: Plan, out: Path) -> dict:
     """arm name -> its entry of OUT/schedule.json, for the arms whose entry was counted for the plan as it
     is (its fingerprint): a run of a changed plan (budget, batch size, arm) counted other steps."""
     try:
-        found = json.loads((out / "schedule.json").read_text(encoding="utf-8"))
+        found = json.loads((out / SCHEDULE).read_text(encoding="utf-8"))
     except (OSError, ValueError):  # none yet, or damaged: every run (and --dry-run) writes it again
         return {}
     found = found if isinstance(found, dict) else {}
@@ -215,9 +216,9 @@ def curves(plan: Plan, out: Path, schedules: dict) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    atomic_savefig(fig, out / "learning_curves.png", dpi=110)
+    atomic_savefig(fig, out / CURVES, dpi=110)
     plt.close(fig)
-    return out / "learning_curves.png"
+    return out / CURVES
 
 
 def report_data(plan: Plan, summary: dict, schedules: dict, hardware: list) -> dict:
@@ -266,8 +267,8 @@ def write_report(plan: Plan, out) -> Path:
         lines += ["", f"{len(other)} result(s) of seeds {seeds} left out (not among this report's seeds)."]
     if png is not None:
         lines += ["", f"![learning curves]({png.name})"]
-    report = out / "report.md"
+    report = out / REPORT
     atomic_write_text(report, "\n".join(lines) + "\n")
     data = report_data(plan, summary, schedules, hardware)
-    atomic_write_text(out / "report.json", json.dumps(data, indent=1) + "\n")
+    atomic_write_text(out / SUMMARY, json.dumps(data, indent=1) + "\n")
     return report

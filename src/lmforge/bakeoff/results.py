@@ -15,11 +15,10 @@ import json
 import warnings
 from pathlib import Path
 
+from lmforge.bakeoff.layout import BUILT, RESULTS
 from lmforge.utils.atomic import append_text, atomic_write_bytes, atomic_write_text
 from lmforge.utils.checksum import sha256, sign, verify
 
-RESULTS = "results.jsonl"
-BUILT = "built.json"  # the checksums of the files a plan builds once and reads again (built_files)
 CHECKSUM = "checksum"
 KEYS = {"arm": str, "seed": int, "task": str, "metric": str, "value": (int, float)}  # what a reader relies on
 

@@ -29,6 +29,7 @@ from lmforge import objectives
 from lmforge.bakeoff.corpus import topic_task
 from lmforge.bakeoff.fingerprint import pretrain_key, result_key, schedule_key, task_key, tokenizer_key
 from lmforge.bakeoff.flops import TOLERANCE, Schedule, schedule
+from lmforge.bakeoff.layout import LOG, SCHEDULE, TASKS, TOKENIZERS
 from lmforge.bakeoff.plan_corpus import corpus_files
 from lmforge.bakeoff.plan import BOUNDS, Arm, Plan, PlanError, split_finetune
 from lmforge.bakeoff.plan_reads import TEXT_TO_TEXT, check_finetune_len, read_by_kind
@@ -45,14 +46,13 @@ from lmforge.train.tokenizer_run import run_tokenizer
 from lmforge.utils.atomic import append_text
 from lmforge.utils.ranks import one_process
 
-LOG = "bakeoff.log"  # the plan's progress and every run's own log lines
 CHECKPOINTS_PER_RUN = 4  # an interrupted pretraining run loses at most a quarter of its steps
 STAMP = "plan.json"  # in a pretraining run's directory: the fingerprint of what it trains
 
 
 def task_splits(task: dict, out: Path) -> dict:
     """{"kind", "splits"} of a downstream task, built once into OUT/tasks/NAME.json (verified on read)."""
-    path = out / "tasks" / f"{task['name']}-{task_key(task)}.json"  # a changed task: new splits
+    path = out / TASKS / f"{task['name']}-{task_key(task)}.json"  # a changed task: new splits
     if path.is_file():
         return read_signed(path)
     n = task.get("n_per_label", 100)
@@ -182,7 +182,7 @@ class BakeOff:
         self.corpus = corpus_files(plan.corpus, self.out)  # a changed file of it refused (plan_corpus)
         docs = read_documents(self.corpus)
         # trained once, verified on every rerun (train.pretrain.run_tokenizer keeps its checksums)
-        self.tokenizer = run_tokenizer(self.out / "tokenizers" / tokenizer_key(plan),
+        self.tokenizer = run_tokenizer(self.out / TOKENIZERS / tokenizer_key(plan),
                                        plan.tokenizer["family"], docs, plan.tokenizer["vocab_size"])
         check_objectives(plan, self.tokenizer)  # cheap, before each arm's examples are sampled
         self.schedules = schedules(plan, self.tokenizer.vocab_size, Sampler(self))
@@ -191,7 +191,7 @@ class BakeOff:
         self.units = len(plan.arms) * len(plan.seeds) * (1 + len(plan.tasks))
         self.finished = self.ran = 0  # units of the plan done, and done by this process
         self.start = time.monotonic()
-        atomic_write_text(self.out / "schedule.json", json.dumps(
+        atomic_write_text(self.out / SCHEDULE, json.dumps(
             {arm.name: {**dataclasses.asdict(self.schedules[arm.name]), "budget": plan.budget,
                         "fingerprint": schedule_key(plan, arm)} for arm in plan.arms},
             indent=1) + "\n")

@@ -48,13 +48,11 @@ def _seeds(text: str | None, plan):
 
 
 def out_names(plan) -> tuple:
-    """The names a bake-off of `plan` writes at the top of its --out: its files and folders, and a folder
-    for each arm's runs."""
-    from lmforge.bakeoff.results import BUILT, RESULTS
-    from lmforge.bakeoff.runner import LOG
+    """The names a bake-off of `plan` writes at the top of its --out: its files and folders (bakeoff.layout,
+    where the runner and the report take them from), and a folder for each arm's runs."""
+    from lmforge.bakeoff.layout import WRITTEN
 
-    return (RESULTS, BUILT, LOG, "schedule.json", "report.md", "report.json", "learning_curves.png",
-            "corpus", "tasks", "tokenizers", *(arm.name for arm in plan.arms))
+    return (*WRITTEN, *(arm.name for arm in plan.arms))
 
 
 def plan_inputs(plan) -> tuple:
@@ -68,8 +66,8 @@ def plan_inputs(plan) -> tuple:
 def cmd_bakeoff(args) -> None:
     """Run (or resume) a plan under --out, then write its report."""
     from lmforge.bakeoff import PlanError, plan_file
+    from lmforge.bakeoff.layout import RESULTS, SCHEDULE
     from lmforge.bakeoff.report import write_report
-    from lmforge.bakeoff.results import RESULTS
     from lmforge.bakeoff.runner import BakeOff
 
     # under torchrun main has refused it (utils.ranks.one_process): each rank would run every arm, at
@@ -78,8 +76,8 @@ def cmd_bakeoff(args) -> None:
     # the file read: a shipped plan's name is no path (--plan electra --out electra resumes its run); one
     # kept in --out under a name the run writes (report.json, an arm's folder) would be written over
     refuse_overwrite(args.out, ("--plan", plan_file(args.plan)), *plan_inputs(plan), writes=out_names(plan))
-    if args.report and not any(Path(args.out, name).exists() for name in ("schedule.json", RESULTS)):
-        raise UsageError(f"--out {args.out}: no bake-off has run there (no schedule.json, no {RESULTS}): run "
+    if args.report and not any(Path(args.out, name).exists() for name in (SCHEDULE, RESULTS)):
+        raise UsageError(f"--out {args.out}: no bake-off has run there (no {SCHEDULE}, no {RESULTS}): run "
                          "the plan (or --dry-run) first")  # a report of nothing, in a folder it made
     if not args.report:
         try:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import copy
+import os
+from pathlib import Path
 
 import pytest
 from tests.tasks.core import no_loss_plot  # noqa: F401  (an autouse fixture: no loss.png drawn)
@@ -22,3 +24,28 @@ TINY = {"name": "tiny", "budget": 4.0e8, "corpus": {"source": "builtin", "docume
 def tiny_plan() -> dict:
     """A fresh copy of the tiny plan's mapping (tests change it)."""
     return copy.deepcopy(TINY)
+
+
+@pytest.fixture
+def hash_reads(monkeypatch) -> dict:
+    """file name -> how many times bakeoff.results hashed it (a full read), from a process with nothing
+    hashed yet."""
+    from lmforge.bakeoff import results
+
+    reads: dict = {}
+    hashed = results.sha256
+
+    def counting(path):
+        reads[Path(path).name] = reads.get(Path(path).name, 0) + 1
+        return hashed(path)
+
+    monkeypatch.setattr(results, "sha256", counting)
+    monkeypatch.setattr(results, "_HASHED", {})
+    return reads
+
+
+def aged(*paths) -> None:
+    """Give files an mtime of an hour ago: written long before the run, as a corpus is."""
+    for path in paths:
+        then = os.stat(path).st_mtime_ns - 3600 * 10 ** 9
+        os.utime(path, ns=(then, then))

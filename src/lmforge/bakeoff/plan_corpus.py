@@ -7,7 +7,8 @@ kept in OUT/built.json at the run's first use of it. A file missing or changed s
 naming it, on every use (the run's start, each arm's sampling and pretraining): the finished arms were
 trained on the text as it was (and the tokenizer too), so going on would mix two corpora in one result
 table unsaid, and rerunning them unasked would throw hours away. The user says which: restore the file,
-or run with a fresh --out.
+or run with a fresh --out. A file is read for its checksum once a process while its size and times stay as
+they were (results.file_sha256): an edit changes them, and is caught at the next use.
 """
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from pathlib import Path
 from lmforge.bakeoff.corpus import documents as dictd_documents
 from lmforge.bakeoff.corpus import write_documents
 from lmforge.bakeoff.layout import CORPUS
-from lmforge.bakeoff.results import BUILT, built_files, read_signed, write_signed
-from lmforge.utils.checksum import sha256
+from lmforge.bakeoff.results import built_files, held_to_record
 
 SOURCES = "sources"  # in OUT/built.json: {a plan's corpus file, as the plan names it: its sha256}
 
@@ -48,18 +48,11 @@ def _documents(corpus: dict) -> list:
 def verified_sources(files: list, out: Path) -> list:
     """The plan's corpus files as paths, each checked against the checksum OUT/built.json keeps of it (one
     read for the first time recorded): a CorpusError naming a file missing or changed since."""
-    out = Path(out)
-    record = read_signed(out / BUILT) if (out / BUILT).is_file() else {}
-    kept, seen = record.get(SOURCES, {}), {}
     for name in files:
         if not Path(name).is_file():  # a folder too: its checksum would be no one file's
             raise CorpusError(f"{name}: {'not a file' if Path(name).exists() else 'no such file'} (a corpus "
                               "file of the plan)")
-        seen[name] = sha256(name)
-        if kept.get(name, seen[name]) != seen[name]:
-            raise CorpusError(f"{name}: changed since this run first read it (its checksum in {out / BUILT} "
-                              "differs): its finished arms were trained on the text as it was; restore the "
-                              "file, or run with a fresh --out")
-    if any(name not in kept for name in seen):
-        write_signed(out / BUILT, {**record, SOURCES: {**kept, **seen}})
+    held_to_record(out, {name: name for name in files}, CorpusError, "since this run first read it",
+                   ": its finished arms were trained on the text as it was; restore the file, or run with a "
+                   "fresh --out", section=SOURCES)
     return [Path(name) for name in files]

@@ -12,6 +12,8 @@ kept so: a rewrite of the file never gives a row a checksum it was not written w
 from __future__ import annotations
 
 import json
+import os
+import time
 import warnings
 from pathlib import Path
 
@@ -164,23 +166,66 @@ def read_signed(path: Path) -> dict:
     return {k: v for k, v in value.items() if k != CHECKSUM}
 
 
+# a file changed this recently may change again within one tick of its clock, its stat unchanged: hashed
+# afresh at each use (git's "racy" files); 2 s covers the coarsest mtimes (FAT's)
+RECENT_NS = 2 * 10 ** 9
+_HASHED: dict = {}  # (path, device, inode, size, mtime, ctime) -> sha256, for this process
+
+
+def file_sha256(path) -> str:
+    """sha256 of a file, read once a process while its stat stays as it was (inode, size, mtime, ctime):
+    every use of a corpus checks its files, and a run uses each many times (start, each arm, each seed)."""
+    before = os.stat(path)
+    key = (os.path.abspath(path), before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns,
+           before.st_ctime_ns)
+    if key in _HASHED:
+        return _HASHED[key]
+    digest = sha256(path)
+    after = os.stat(path)
+    # kept only if the file stood still while it was read and since a while before
+    if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) == key[3:] and \
+            time.time_ns() - after.st_mtime_ns > RECENT_NS:
+        _HASHED[key] = digest
+    return digest
+
+
+def built_record(out: Path) -> dict:
+    """OUT/built.json's object, verified ({} if there is none)."""
+    return read_signed(out / BUILT) if (out / BUILT).is_file() else {}
+
+
+def held_to_record(out, files: dict, error: type, since: str, remedy: str, section: str | None = None
+                   ) -> None:
+    """Each of `files` (its key in OUT/built.json -> its path) checked against the checksum the record keeps
+    under its key (in its `section`, or at its top): one that differs is `error` naming it ("PATH: changed
+    SINCE (its checksum in OUT/built.json differs)REMEDY"); those not kept yet are recorded (a first use)."""
+    out = Path(out)
+    record = built_record(out)
+    kept = record.get(section, {}) if section else record
+    seen = {}
+    for key, path in files.items():
+        seen[key] = file_sha256(path)
+        if kept.get(key, seen[key]) != seen[key]:
+            raise error(f"{path}: changed {since} (its checksum in {out / BUILT} differs){remedy}")
+    new = {key: digest for key, digest in seen.items() if key not in kept}
+    if new:
+        write_signed(out / BUILT, {**record, section: {**kept, **new}} if section else {**record, **new})
+
+
 def built_files(out, paths: list, build=None) -> None:
-    """Files the plan builds once under OUT and reads on every rerun (its corpus): where they
-    are there and OUT/built.json records them, each is checked against its checksum (a ResultsError naming
-    it); else `build()` makes them and their checksums are recorded."""
+    """Files the plan builds once under OUT and reads on every rerun (its corpus): where they are there,
+    each is checked against the checksum OUT/built.json keeps of it (a ResultsError naming it; one not kept
+    yet is recorded); else `build()` makes them and their checksums are recorded."""
     out, paths = Path(out), [Path(p) for p in paths]
-    record = read_signed(out / BUILT) if (out / BUILT).is_file() else {}
+    keys = {p.relative_to(out).as_posix(): p for p in paths}
     if all(p.is_file() for p in paths):
-        for p in paths:
-            want = record.get(p.relative_to(out).as_posix())
-            if want is not None and sha256(p) != want:
-                raise ResultsError(f"{p}: changed or damaged since the plan built it (its checksum in "
-                                   f"{out / BUILT} differs); delete it to build it again")
+        held_to_record(out, keys, ResultsError, "or damaged since the plan built it",
+                       "; delete it to build it again")
         return
     if build is not None:
         build()
-    made = {p.relative_to(out).as_posix(): sha256(p) for p in paths if p.is_file()}
-    write_signed(out / BUILT, {**record, **made})
+    made = {key: file_sha256(p) for key, p in keys.items() if p.is_file()}  # a rebuilt file: its new sum
+    write_signed(out / BUILT, {**built_record(out), **made})
 
 
 def hardware(device: str = "auto") -> str:

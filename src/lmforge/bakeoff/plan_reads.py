@@ -14,7 +14,7 @@ PRETRAINING = ("options", "examples", "duplication", "train", "corpus")  # the a
 TEXT_TO_TEXT = ("prefix", "text_to_text")  # fine-tuning options an encoder-decoder arm alone reads (T5, BART)
 TASK_FIELDS = {"gcide-pos": ("n_per_label",), "foldoc-topic": ("n_per_label",), "builtin": ("n", "task")}
 EXAMPLE_KINDS = {"pairs": "pairs", "cross_documents": "sentences"}  # an example field -> its reading kind
-MAX_CORPUS_FILES = 10_000  # a plan's corpus files, each checksummed at every use (plan_corpus)
+MAX_CORPUS_FILES = 10_000  # a plan's corpus files, each checked at every use (plan_corpus), read once a run
 
 
 def check_arm_reads(arm, spec, where: str, fail) -> None:

@@ -116,3 +116,21 @@ def test_bad_stop_strings_are_refused_naming_the_argument(decoder, call, field):
     assert err.value.field == field and "\n" not in str(err.value)
     assert field in str(err.value)  # the message names it too: "a stop string is empty" said not which
     assert isinstance(err.value, StopLimitError) == (len(call["stop_strings"]) > MAX_STOP)
+
+
+@pytest.mark.parametrize("stopped", [True, False], ids=["stop", "no-stop"])
+def test_a_streamed_prompt_ends_and_is_shown_by_generate_s_own_stop_rows(decoder, monkeypatch, stopped):
+    """generate_until_stop's streamed steps are lmforge.generate(stop_strings=)'s: its TextTail is the one
+    row StopRows seeks and shows (it raised StopText from a streamer of its own, a second way to end)."""
+    from lmforge.generate.stop_rows import StopRows
+
+    model, tok = decoder
+    prompt, settings = _prompt(tok, "the cat"), {"max_new_tokens": 16}
+    stops = (_stop_in(model, tok, prompt, 6, **settings),) if stopped else ()
+    rows, ended = [], StopRows.ended
+    monkeypatch.setattr(StopRows, "ended", lambda self, *a: rows.append(len(self.tails)) or ended(self, *a))
+    tail, shown = TextTail(tok, stops, prompt), []
+    new = generate_until_stop(model, torch.tensor([prompt]), tail, options=GenerationOptions(**settings),
+                              show=lambda text, token_ids: shown.append(text))
+    assert rows == [1] * len(new) and tail.stopped == stopped and "".join(shown) == tail.text != ""
+    assert new == _alone(model, tok, prompt, stops, **settings)

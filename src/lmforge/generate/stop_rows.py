@@ -7,6 +7,8 @@ text), its later positions padded as after a stop token; beam search's returned 
 as generate_until_stop cuts its best one."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from lmforge.generate.options import GenerationOptions
@@ -22,17 +24,22 @@ def until_eos(ids: list, eos) -> list:
 
 
 class StopRows:
-    """Each returned row's new text (a TextTail), and which rows a stop string has ended."""
+    """Each returned row's new text (a TextTail), and which rows a stop string has ended; with `show` (one
+    row: generate_until_stop's), each step's text newly safe to show goes to show(text, token_ids)."""
 
-    def __init__(self, tokenizer, stops: tuple, contexts: list) -> None:
-        self.tails = [TextTail(tokenizer, stops, context) for context in contexts]
+    def __init__(self, tails: list, show: Callable | None = None) -> None:
+        self.tails, self.show = tails, show
 
     def ended(self, chosen: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """(N,) whether each row's text holds a stop string once this step's (N,) `chosen` ids are added to
         the rows not `done` before it (a finished row's padding is no text of its own)."""
         for tail, token, finished in zip(self.tails, chosen.tolist(), done.tolist()):
-            if not finished:
+            if finished:
+                continue
+            if self.show is None:
                 tail.seek(token)  # nothing is shown: push's hold-back (held, at every step) would be waste
+            else:
+                self.show(tail.push(token), [token])
         return torch.tensor([tail.stopped for tail in self.tails], device=chosen.device)
 
     def cut(self, out: torch.Tensor, start: int, eos, fill: int) -> torch.Tensor:
@@ -52,7 +59,10 @@ def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptio
     strings: a decoder's new ids join their prompt's (its padding left out), an encoder-decoder's answer
     starts a text of its own. An OptionsError naming what is wrong: stop_strings (check_stops), a tokenizer
     missing, or a pad token missing for the rows of a greedy or sampled batch that end first (check_stops'
-    messages begin with the field: "stop_strings.1: a stop string is empty ...")."""
+    messages begin with the field: "stop_strings.1: a stop string is empty ...")). A StopRows given is
+    used as it is: generate_until_stop's, one row whose TextTail its caller reads (and shows) as it grows."""
+    if isinstance(stop_strings, StopRows):  # its stop strings checked by its caller (check_stops)
+        return stop_strings
     try:
         stops = check_stops(stop_strings, field="stop_strings")
     except OptionsError as err:  # the rule's words name no face's argument: --stop's are prefixed with the
@@ -69,4 +79,5 @@ def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptio
         raise OptionsError(f"stop_strings with {rows} rows need a pad token for the rows that end first: "
                            "give pad_token_id (the model config names no pad or eos token)", "pad_token_id")
     contexts = [[] if encoder_decoder else row[keep.bool()].tolist() for row, keep in zip(input_ids, mask)]
-    return StopRows(tokenizer, stops, [c for c in contexts for _ in range(options.num_return_sequences)])
+    each = options.num_return_sequences
+    return StopRows([TextTail(tokenizer, stops, context) for context in contexts for _ in range(each)])

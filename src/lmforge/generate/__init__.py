@@ -138,7 +138,7 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     (a ValueError) naming it. Stop, pad, forced and decoder start ids default to the model config's.
     `stop_strings` (a string or a list, with the `tokenizer` that decodes the model's ids: the reference's
     names; or a StopRows whose tails a caller reads, generate/stop_rows.py) end each row at the step its new
-    text holds one, as `--stop` does: ids kept up to the one completing it, later positions padded (beams: cut).
+    text holds one, as `--stop` does: ids kept up to the one completing it, later ones padded (beams: cut).
     use_cache=False recomputes every position at every step (same tokens, slower); sampling draws from
     `generator`, or one seeded with `seed` (0 to 2**63 - 1) as `lmforge generate --seed` seeds its own (on a
     CPU, its tokens), not both; prefix_lm=True lets a decoder pretrained as a prefix LM read the prompt

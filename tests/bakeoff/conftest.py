@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from tests.tasks.core import no_loss_plot  # noqa: F401  (an autouse fixture: no loss.png drawn)
@@ -44,8 +44,11 @@ def hash_reads(monkeypatch) -> dict:
     return reads
 
 
-def aged(*paths) -> None:
-    """Give files an mtime of an hour ago: written long before the run, as a corpus is."""
-    for path in paths:
-        then = os.stat(path).st_mtime_ns - 3600 * 10 ** 9
-        os.utime(path, ns=(then, then))
+@pytest.fixture
+def settled(monkeypatch) -> None:
+    """bakeoff.results' clock an hour on: the files a test wrote have stood still a while, as a corpus
+    written long before the run has (their ctime, which no test can set back, is what is read)."""
+    from lmforge.bakeoff import results
+
+    now = results.time.time_ns
+    monkeypatch.setattr(results, "time", SimpleNamespace(time_ns=lambda: now() + 3600 * 10 ** 9))

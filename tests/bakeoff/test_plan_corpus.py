@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
 
 from lmforge.bakeoff.plan_corpus import CorpusError, corpus_files
 from lmforge.bakeoff.results import BUILT, read_signed
-from tests.bakeoff.conftest import aged
 
 
 def test_a_plans_files_and_a_built_corpus_keep_their_checksums_in_one_built_json(tmp_path):
@@ -48,13 +48,13 @@ def test_a_file_first_read_by_a_later_run_is_recorded_then_held_to_it(tmp_path):
         corpus_files({"source": "files", "files": [str(b)]}, tmp_path)
 
 
-def test_each_unchanged_file_is_read_once_a_process_and_an_edit_is_still_refused(tmp_path, hash_reads):
+def test_each_unchanged_file_is_read_once_a_process_and_an_edit_is_still_refused(tmp_path, hash_reads,
+                                                                                 settled):
     """The start, each arm's sampling and each arm x seed's pretraining check the files: each re-read every
     file in full. Now one read each while a file's size and times stay; an edit (same size) is refused."""
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("The fox jumps.\n")
     b.write_text("The dog sleeps.\n")
-    aged(a, b)
     corpus = {"source": "files", "files": [str(a), str(b)]}
     for _ in range(4):
         assert corpus_files(corpus, tmp_path) == [a, b]
@@ -69,6 +69,19 @@ def test_a_file_changed_just_now_is_read_again_at_each_use(tmp_path, hash_reads)
     (git's racy files): it is not taken on its stat until it has stood still a while."""
     a = tmp_path / "a.txt"
     a.write_text("The fox jumps.\n")
+    for _ in range(2):
+        corpus_files({"source": "files", "files": [str(a)]}, tmp_path)
+    assert hash_reads == {"a.txt": 2}
+
+
+def test_a_file_restored_with_its_old_mtime_is_read_again_at_each_use_while_its_ctime_is_recent(
+        tmp_path, hash_reads):
+    """A restore (cp -p, rsync -t) sets a file's mtime back an hour, but the file changed just now: the
+    racy guard read the mtime, so a second change within the same tick, times kept, was taken on its stat."""
+    a = tmp_path / "a.txt"
+    a.write_text("The fox jumps.\n")
+    then = os.stat(a).st_mtime_ns - 3600 * 10 ** 9
+    os.utime(a, ns=(then, then))
     for _ in range(2):
         corpus_files({"source": "files", "files": [str(a)]}, tmp_path)
     assert hash_reads == {"a.txt": 2}

@@ -277,18 +277,17 @@ def test_a_fine_tuning_max_len_past_the_models_positions_is_refused_before_any_a
 
 
 def test_a_runs_checks_read_each_unchanged_corpus_file_once_and_still_refuse_an_edit(tmp_path, tiny_plan,
-                                                                                    monkeypatch, hash_reads):
+                                                                                    monkeypatch, hash_reads,
+                                                                                    settled):
     """The start, each arm's sampling and each arm's pretraining verify the plan's corpus files: each read
     every file in full again. A run reads each once; a file edited before a later use is still refused."""
     from lmforge.bakeoff.plan_corpus import CorpusError
     from lmforge.bakeoff.runner import BakeOff
-    from tests.bakeoff.conftest import aged
 
     files = [tmp_path / "c0.txt", tmp_path / "c1.txt"]
     for i, file in enumerate(files):
         file.write_text("".join(f"The fox {i} jumps over the dog. The dog sleeps in the sun {j}.\n\n"
                                 for j in range(60)))
-    aged(*files)
     tiny_plan["corpus"] = {"source": "files", "files": [str(f) for f in files]}
     _fake_training(monkeypatch)
     run = BakeOff(check_plan(tiny_plan), tmp_path / "o", log=lambda line: None)

@@ -182,9 +182,10 @@ def file_sha256(path) -> str:
         return _HASHED[key]
     digest = sha256(path)
     after = os.stat(path)
-    # kept only if the file stood still while it was read and since a while before
+    # kept only if the file stood still while it was read and since a while before: by its ctime, which
+    # the kernel sets at every change (an mtime can be set back: cp -p, rsync -t, a restore)
     if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) == key[3:] and \
-            time.time_ns() - after.st_mtime_ns > RECENT_NS:
+            time.time_ns() - max(after.st_mtime_ns, after.st_ctime_ns) > RECENT_NS:
         _HASHED[key] = digest
     return digest
 

@@ -238,6 +238,17 @@ def test_a_python_caller_cannot_pass_counts_that_would_cut_a_text_unsaid(tmp_pat
     assert given.tokens == own.tokens == [8, 3] and torch.equal(given.vectors, own.vectors)
 
 
+@pytest.mark.parametrize("counts", [[8], [8, 3, 3]], ids=["fewer", "more"])
+def test_embed_counted_refuses_counts_not_one_per_text(tmp_path, counts):
+    """embed_counted (public since 94ca65a4) zipped texts with counts: one count short gave the last text a
+    vector of zeros and no count, unsaid; now an OptionsError naming counts."""
+    from lmforge.pipelines.embed import SentenceEncoder
+
+    encoder = SentenceEncoder.from_dir(tiny_st_dir(tmp_path, {"pooling_mode": "mean"}))
+    with pytest.raises(OptionsError) as err:
+        encoder.embed_counted(["abc def", "a"], None, 32, None, None, None, counts)
+    assert err.value.field == "counts" and f"{len(counts)} token counts for 2 texts" in str(err.value)
+
 def test_a_lead_and_another_texts_windows_share_one_call(tmp_path):
     """One text with a lead, another of no prompt in windows (two requests in one server batch): each pools
     as alone; the chunk refusal of a left-out prompt was the batch's, so both failed and ran again alone."""

@@ -135,6 +135,8 @@ class SentenceEncoder:
         limit = self._limit(max_length)
         length = self.prompt_length(prefix)  # once: the room check's, the pooling's
         self.check_prompt_room(length, options, limit)
+        if counts is not None and len(counts) != len(texts):  # zip would leave texts out: zero vectors
+            raise OptionsError(f"{len(counts)} token counts for {len(texts)} texts: give one each", "counts")
         counts = [len(self.tokenizer.encode(t).ids) for t in texts] if counts is None else counts
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)

@@ -35,9 +35,10 @@ def save_native(model: Transformer, path: str | os.PathLike, state: dict | None 
     return path
 
 
-def read_json_object(file: Path) -> dict:
-    """The JSON object (mapping) of a model directory's JSON file (config.json, task.json): not UTF-8,
-    not JSON or not an object is a one-line CheckpointError naming the file and what is wrong."""
+def read_json_object(file: Path, kind: type = dict) -> dict | list:
+    """The JSON object (mapping; kind=list: the list) of a model directory's JSON file (config.json,
+    task.json, modules.json): not UTF-8, not JSON or not of `kind` is a one-line CheckpointError naming the
+    file and what is wrong."""
     try:
         data = loads(Path(file).read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
@@ -46,9 +47,9 @@ def read_json_object(file: Path) -> dict:
         raise CheckpointError(f"{file} is not valid JSON: {err}") from None
     except OSError as err:  # unreadable (permissions), a folder, gone: one line naming it
         raise CheckpointError(f"cannot read {file}: {err.strerror or err}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{file} must hold a JSON object {{...}}, not {type(data).__name__} "
-                              f"{shown(data)}")
+    if not isinstance(data, kind):
+        wanted = "a JSON object {...}" if kind is dict else "a JSON list [...]"
+        raise CheckpointError(f"{file} must hold {wanted}, not {type(data).__name__} {shown(data)}")
     return data
 
 

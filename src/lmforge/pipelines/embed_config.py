@@ -2,12 +2,11 @@
 (Transformer -> Pooling [-> Normalize]), the Pooling module's config.json and sentence_bert_config.json."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lmforge.io import CheckpointError
+from lmforge.io.native import read_json_object
 from lmforge.pipelines.embed_pooling import POOLINGS
-from lmforge.utils import jsontext
 from lmforge.utils.errors import shown
 
 # sentence-transformers' legacy boolean pooling keys, in its concatenation order
@@ -16,18 +15,6 @@ LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "m
                   "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                   "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
-
-
-def _read(file: Path, kind: type = dict) -> dict | list:
-    """The JSON object (or list) a directory's file holds; a CheckpointError naming the file otherwise."""
-    try:
-        value = jsontext.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"cannot read {file}: {err}") from None
-    if not isinstance(value, kind):
-        raise CheckpointError(f"{file}: expected a JSON {'object' if kind is dict else 'list'}, "
-                              f"got {type(value).__name__}")
-    return value
 
 
 def pooling_modes(path: Path) -> tuple:
@@ -42,7 +29,7 @@ def pooling_config(path: Path) -> tuple:
     file = path / "modules.json"
     if not file.is_file():
         return ("mean",), True
-    modules, kinds, found = _read(file, list), [], (("mean",), True)
+    modules, kinds, found = read_json_object(file, list), [], (("mean",), True)
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
         if kind not in KNOWN_MODULES:
@@ -66,7 +53,7 @@ def pooling_config(path: Path) -> tuple:
 
 def _pooling(file: Path) -> tuple:
     """(modes, include_prompt) of a Pooling module's config.json, in sentence-transformers' order."""
-    config = _read(file)
+    config = read_json_object(file)
     chosen = config.get("pooling_mode") or [m for k, m in LEGACY_POOLING.items() if config.get(k)]
     modes = (chosen,) if isinstance(chosen, str) else chosen
     if not isinstance(modes, (list, tuple)) or not all(isinstance(m, str) for m in modes):
@@ -84,7 +71,7 @@ def _pooling(file: Path) -> tuple:
 def sentence_config(path: Path) -> dict:
     """sentence_bert_config.json ({} without one), its max_seq_length checked: an integer >= 0, or null."""
     file = path / "sentence_bert_config.json"
-    config = _read(file) if file.is_file() else {}
+    config = read_json_object(file) if file.is_file() else {}
     limit = config.get("max_seq_length")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise CheckpointError(f"{file}: max_seq_length must be a whole number of tokens, got "

@@ -134,3 +134,14 @@ def test_a_streamed_prompt_ends_and_is_shown_by_generate_s_own_stop_rows(decoder
                               show=lambda text, token_ids: shown.append(text))
     assert rows == [1] * len(new) and tail.stopped == stopped and "".join(shown) == tail.text != ""
     assert new == _alone(model, tok, prompt, stops, **settings)
+
+
+def test_a_stop_rows_of_fewer_tails_than_rows_is_refused(decoder):
+    """zip paired the first tails only and the (1,) result broadcast: every row ended with the first."""
+    from lmforge.generate.stop_rows import StopRows
+
+    model, tok = decoder
+    ids = torch.tensor([_prompt(tok, "the cat"), _prompt(tok, "the cat")])
+    with pytest.raises(OptionsError, match="a StopRows of 1 rows for 2 rows") as refused:
+        lmforge.generate(model, ids, stop_strings=StopRows([TextTail(tok, ("x",), [])]), max_new_tokens=2)
+    assert refused.value.field == "stop_strings"

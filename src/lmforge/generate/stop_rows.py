@@ -60,8 +60,12 @@ def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptio
     starts a text of its own. An OptionsError naming what is wrong: stop_strings (check_stops), a tokenizer
     missing, or a pad token missing for the rows of a greedy or sampled batch that end first (check_stops'
     messages begin with the field: "stop_strings.1: a stop string is empty ...")). A StopRows given is
-    used as it is: generate_until_stop's, one row whose TextTail its caller reads (and shows) as it grows."""
+    used as it is (one TextTail a returned row): generate_until_stop's, whose tail its caller reads."""
+    rows = input_ids.shape[0] * options.num_return_sequences
     if isinstance(stop_strings, StopRows):  # its stop strings checked by its caller (check_stops)
+        if len(stop_strings.tails) != rows:  # zip would pair the first tails only, all rows ending with one
+            raise OptionsError(f"stop_strings: a StopRows of {len(stop_strings.tails)} rows for {rows} rows "
+                               "(one TextTail a returned row)", "stop_strings")
         return stop_strings
     try:
         stops = check_stops(stop_strings, field="stop_strings")
@@ -74,7 +78,6 @@ def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptio
         got = "none was given" if tokenizer is None else f"{type(tokenizer).__name__} has no decode"
         raise OptionsError(f"stop_strings are sought in the decoded text: give tokenizer= (the model's); "
                            f"{got}", "tokenizer")
-    rows = input_ids.shape[0] * options.num_return_sequences
     if options.num_beams == 1 and rows > 1 and pad is None:
         raise OptionsError(f"stop_strings with {rows} rows need a pad token for the rows that end first: "
                            "give pad_token_id (the model config names no pad or eos token)", "pad_token_id")

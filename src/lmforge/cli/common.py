@@ -282,25 +282,25 @@ def _check_out_path(path: Path, kind: str | None, option: str) -> None:
         raise UsageError(f"{option} {path}: {blocked}")
 
 
+# the flags that name a model (or tokenizer) folder: read from its model files only (utils.atomic.MODEL_FILES)
+MODEL_FOLDER_FLAGS = ("--model", "--tokenizer", "--teacher", "--retriever", "--generator")
+
+
 def refuse_overwrite(out, *inputs, writes: tuple = (), option: str = "--out", kind: str | None = None,
-                     sources: tuple = (), whole: bool = False) -> None:
+                     sources: tuple = (), models: tuple = MODEL_FOLDER_FLAGS) -> None:
     """A UsageError where the output `out` cannot be written (empty; kind: "file" or "folder", a folder
     where `writes` are given; a link, a file above it); then utils.apart.refuse_writing_over, the one
     refusal Python's jobs raise too: UnsafePath naming `option` and the input where `out` would write over
     one of the inputs, (flag, path or paths or None) pairs (the flags `sources`: models the output may not
-    hold at all; whole: a model folder judged as a folder read whole, a retrieval job's rule), before any
-    work. UnsafePath is a ValueError: the command exits 2 with its line."""
+    hold at all; `models` the flags whose folder is read from its model files only, () where every input
+    folder is read whole, a retrieval job's rule), before any work. UnsafePath is a ValueError: the command
+    exits 2 with its line."""
     if out is None:
         return
     if not str(out).strip():  # Path("") is the working folder: a run would write itself into it
         raise UsageError(f"{option} is empty: name the output")
     _check_out_path(Path(out), "folder" if writes else kind, option)
-    models = () if whole else MODEL_FOLDER_FLAGS  # whole: a model folder's every file counts as read
     refuse_writing_over(out, *inputs, writes=writes, models=models, holds=sources, name=option)
-
-
-# the flags that name a model (or tokenizer) folder: read from its model files only (utils.atomic.MODEL_FILES)
-MODEL_FOLDER_FLAGS = ("--model", "--tokenizer", "--teacher", "--retriever", "--generator")
 
 
 def _on_disk(inputs) -> list:

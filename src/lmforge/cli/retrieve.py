@@ -70,7 +70,7 @@ def cmd_index_build(args) -> None:
     if train:
         raise UsageError(f"index build takes no training options ({sorted(train)})")
     refuse_overwrite(args.out, ("--passages", args.passages), ("--model", args.model), writes=INDEX_WRITES,
-                     sources=("--passages", "--model"), whole=True)  # none held, none entered: the job's rule
+                     sources=("--passages", "--model"), models=())  # none held, none entered: the job's rule
     refuse_nested(args.out, ("--passages", args.passages))  # a later build would index this one's files
     check_source("--passages", args.passages)
     try:
@@ -162,7 +162,7 @@ def _train_config(args, command: str | None = None) -> tuple:
     refuse_overwrite(args.out, ("--model", args.model), ("--questions", getattr(args, "questions", None)),
                      ("--passages", args.passages), ("--config", getattr(args, "config", None)), *folders,
                      writes=RUN_WRITES,  # what retrieval's jobs write (index: the reader's --retriever index)
-                     sources=("--model", "--questions", "--passages", *dict(folders)), whole=True)  # as jobs'
+                     sources=("--model", "--questions", "--passages", *dict(folders)), models=())  # as jobs'
     refuse_nested(args.out, ("--passages", args.passages))
     with flag_named("out", "--out", None):  # a run there already (or none to resume): before any read
         run_folder(args.out, args.resume)

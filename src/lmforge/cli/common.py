@@ -11,7 +11,6 @@ import yaml
 
 from lmforge.cli.flag_types import as_typed, bounded, integer
 from lmforge.config import ModelConfig
-from lmforge.config.checks import refuse_inert
 from lmforge.config.options import MAX_SEED
 from lmforge.config.names import close_names, unknown_among
 from lmforge.io import load as load_model
@@ -255,9 +254,7 @@ def config_of_file(path: Path, overrides: dict) -> ModelConfig:
     data = read_json_object(path)
     if data.get("format") == FORMAT or "model_type" in data:  # as lmforge.load reads it, weights unread
         return meta_config(data, path.parent, path).with_overrides(**overrides)  # the file's faults name it
-    cfg = ModelConfig.from_dict({**data, **overrides})  # the file's own inert values stand (converters')
-    refuse_inert(cfg, overrides)  # the overrides' are refused: asked for, they would do nothing
-    return cfg
+    return ModelConfig.from_overrides(data, overrides)  # the file's own inert values stand (converters')
 
 
 def not_a_link(path: Path, kind: str | None, option: str) -> None:

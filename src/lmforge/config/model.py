@@ -306,7 +306,14 @@ class ModelConfig:
 
     def with_overrides(self, **overrides: Any) -> "ModelConfig":
         """replace() for fields a user asked for: a ConfigError where one has no effect on the result."""
-        cfg = self.replace(**overrides)
+        return self.from_overrides(self.to_dict(), overrides)
+
+    @classmethod
+    def from_overrides(cls, data: dict, overrides: dict) -> "ModelConfig":
+        """from_dict of `data` with the `overrides` a user asked for over it, validated as one: a ConfigError
+        where an override has no effect on the result. The one place an inert override is refused."""
+        cfg = cls.from_dict({**data, **overrides})
+        # only the overrides: data's own fields of no effect stand (a converter's config.json holds some)
         refuse_inert(cfg, overrides)  # else lstm_dim=64 on a BERT, window=64 on dense attention, do nothing
         return cfg
 

@@ -199,8 +199,14 @@ def test_no_prompt_has_no_length_and_is_not_encoded(tmp_path):
     assert encoder.prompt_length("x y ").tokens == 2 and seen == ["x y "]
 
 
+def _counted(encoder, texts: list, options: EmbedOptions, leads: list):
+    """embed_counted as the server calls it: texts that hold their prompt, counted by the same tokenizer."""
+    counts = [len(encoder.tokenizer.encode(t).ids) for t in texts]
+    return encoder.embed_counted(texts, options, 32, None, None, leads, counts)
+
+
 def test_leads_leave_each_texts_own_prompt_out_in_one_call(tmp_path):
-    """embed_with(leads=): texts that hold their prompt (the server's), prompts mixed in one batch, pool as
+    """embed_counted's leads: texts that hold their prompt (the server's), prompts mixed in one batch, pool as
     each prompt given in the options pools; leads that do not fit are refused naming leads."""
     from lmforge.pipelines.embed import SentenceEncoder
 
@@ -208,14 +214,14 @@ def test_leads_leave_each_texts_own_prompt_out_in_one_call(tmp_path):
     encoder = SentenceEncoder.from_dir(path)
     asked = [("x y ", "abc def"), ("a b c ", "the dog"), ("", "a")]
     leads = [encoder.prompt_length(p).lead if p else 0 for p, _ in asked]
-    mixed = encoder.embed_with([p + t for p, t in asked], EmbedOptions(prompt=""), leads=leads).vectors
+    mixed = _counted(encoder, [p + t for p, t in asked], EmbedOptions(prompt=""), leads).vectors
     for row, (prompt, text) in enumerate(asked):
         alone = encoder.embed_with([text], EmbedOptions(prompt=prompt)).vectors[0]
         assert torch.allclose(mixed[row], alone, atol=1e-5), row
     for bad, options in (([1], EmbedOptions(prompt="")), ([1, -1], EmbedOptions(prompt="")),
                          ([1, 1], EmbedOptions(prompt="x "))):
         with pytest.raises(OptionsError) as err:
-            encoder.embed_with(["a", "b"], options, leads=bad)
+            _counted(encoder, ["a", "b"], options, bad)
         assert err.value.field == "leads"
 
 
@@ -234,7 +240,7 @@ def test_a_python_caller_cannot_pass_counts_that_would_cut_a_text_unsaid(tmp_pat
     assert err.value.field == "truncate"
     texts = ["abc def", "a"]
     own = encoder.embed_with(texts)
-    given = encoder.embed_counted(texts, None, 32, None, None, None, list(own.tokens))  # the server's
+    given = encoder.embed_counted(texts, None, 32, None, None, [0, 0], list(own.tokens))  # the server's
     assert given.tokens == own.tokens == [8, 3] and torch.equal(given.vectors, own.vectors)
 
 
@@ -246,7 +252,7 @@ def test_embed_counted_refuses_counts_not_one_per_text(tmp_path, counts):
 
     encoder = SentenceEncoder.from_dir(tiny_st_dir(tmp_path, {"pooling_mode": "mean"}))
     with pytest.raises(OptionsError) as err:
-        encoder.embed_counted(["abc def", "a"], None, 32, None, None, None, counts)
+        encoder.embed_counted(["abc def", "a"], None, 32, None, None, [0, 0], counts)
     assert err.value.field == "counts" and f"{len(counts)} token counts for 2 texts" in str(err.value)
 
 def test_a_lead_and_another_texts_windows_share_one_call(tmp_path):
@@ -257,11 +263,11 @@ def test_a_lead_and_another_texts_windows_share_one_call(tmp_path):
     path = tiny_st_dir(tmp_path, {"pooling_mode": "mean", "include_prompt": False})
     encoder = SentenceEncoder.from_dir(path)
     chunk, lead = EmbedOptions(prompt="", truncate="chunk"), encoder.prompt_length("x y ").lead
-    both = encoder.embed_with(["x y abc def", LONG], chunk, leads=[lead, 0])
+    both = _counted(encoder, ["x y abc def", LONG], chunk, [lead, 0])
     assert both.chunks == [1, 2]
     alone = encoder.embed_with(["abc def"], EmbedOptions(prompt="x y ", truncate="chunk")).vectors[0]
     assert torch.allclose(both.vectors[0], alone, atol=1e-5)
     assert torch.allclose(both.vectors[1], encoder.embed_with([LONG], chunk).vectors[0], atol=1e-5)
     with pytest.raises(OptionsError) as err:  # the text in windows with a lead is still refused
-        encoder.embed_with([LONG, "a"], chunk, leads=[lead, 0])
+        _counted(encoder, [LONG, "a"], chunk, [lead, 0])
     assert err.value.field == "truncate"

@@ -131,6 +131,6 @@ def test_more_dimensions_than_the_model_has_are_refused_before_any_text_is_encod
     full = encoder.embed_with(texts, EmbedOptions(normalize=False)).vectors
     assert torch.allclose(encoder.embed_with(texts, EmbedOptions(dimensions=4)).vectors,
                           leading(full, 4, normalize=True))
-    monkeypatch.setattr(SentenceEncoder, "encode", lambda *a, **k: pytest.fail("encoded before the check"))
+    monkeypatch.setattr(SentenceEncoder, "_encode", lambda *a, **k: pytest.fail("encoded before the check"))
     with pytest.raises(OptionsError, match=f"^dimensions={width + 1}: this model's embeddings have {width}$"):
         encoder.embed_with(texts, EmbedOptions(dimensions=width + 1))

@@ -85,7 +85,6 @@ class SentenceEncoder:
             return out.last_hidden_state
         return model(batch.input_ids, batch.attention_mask, run_heads=False).last_hidden_state
 
-    @torch.inference_mode()
     def encode(self, texts, batch_size: int = 32, normalize: bool = True,
                max_length: int | None = None, progress=None, skip: int | list = 0) -> torch.Tensor:
         """(N, d) embeddings of `texts` (one text: (1, d)), in the order given, each cut at the limit as
@@ -98,6 +97,12 @@ class SentenceEncoder:
         batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
         if self.lowercase:
             texts = [t.lower() if isinstance(t, str) else t for t in texts]
+        return self._encode(texts, batch_size, normalize, max_length, progress, skip)
+
+    @torch.inference_mode()
+    def _encode(self, texts: list, batch_size: int, normalize: bool, max_length: int | None, progress,
+                skip: int | list) -> torch.Tensor:
+        """encode's pass over texts as the model reads them (lowercased already where it lowercases)."""
         limit, device = self._limit(max_length), next(self.model.parameters()).device
         d = self.model.config.d_model * len(self.pooling)
         out = torch.empty(len(texts), d, device=device)
@@ -116,37 +121,42 @@ class SentenceEncoder:
         return out
 
     def embed_with(self, texts, options: EmbedOptions | None = None, batch_size: int = 32,
-                   max_length: int | None = None, progress=None, leads: list | None = None) -> "Embedded":
+                   max_length: int | None = None, progress=None) -> "Embedded":
         """The vectors of `texts` as EmbedOptions say (prompt, truncation or chunks, batch invariance,
         dimensions, normalisation), with each text's tokens read and whether it was cut; max_length: the
         tokens a text may have (default: the model's limit), as in `encode`, or the options' max_length (one
-        of the two); progress: as encode's; leads: each text's PromptLength.lead, for texts that begin with
-        their prompt already (the server's: options without one)."""
-        return self.embed_counted(texts, options, batch_size, max_length, progress, leads, None)
+        of the two); progress: as encode's."""
+        return self._embedded(texts, options, batch_size, max_length, progress, None)
 
     def embed_counted(self, texts, options, batch_size, max_length, progress, leads, counts) -> "Embedded":
-        """embed_with of texts whose token `counts` are trusted: the server counted them, same tokenizer."""
+        """The server's embed_with (serve/job_kinds.py): texts as the model reads them, as the route counted
+        and clipped them (each holding its prompt, the options none; lowercased where the model lowercases:
+        not lowered again here), with each text's prompt lead (PromptLength.lead; checked: whole numbers >= 0,
+        one a text) and its token count, trusted (one a text): the route counted them, same tokenizer."""
+        return self._embedded(texts, options, batch_size, max_length, progress, (leads, counts))
+
+    def _embedded(self, texts, options, batch_size, max_length, progress, given: tuple | None) -> "Embedded":
+        """embed_with's vectors; given: embed_counted's (leads, counts), of texts read as given."""
         options, progress = options or EmbedOptions(), checked_progress(progress)
+        batch_size = checked_argument("batch_size", "int", {"low": 1, "high": MAX_BATCH_SIZE}, batch_size)
         check_dimensions(options, self.model.config.d_model * len(self.pooling))  # before any text is read
         max_length = _one_max_length(max_length, options)
         prefix = prompt_of(options, self.prompts, self.default_prompt)
-        texts = [prefix + t for t in checked_texts(texts)]
-        texts = [t.lower() for t in texts] if self.lowercase else texts  # counted, windowed as encode reads
+        texts = self._as_read(checked_texts(texts), prefix, given is not None)
         limit = self._limit(max_length)
         length = self.prompt_length(prefix)  # once: the room check's, the pooling's
         self.check_prompt_room(length, options, limit)
-        if counts is not None and len(counts) != len(texts):  # zip would leave texts out: zero vectors
-            raise OptionsError(f"{len(counts)} token counts for {len(texts)} texts: give one each", "counts")
+        leads, counts = _given(given, len(texts)) if given else (None, None)
         counts = [len(self.tokenizer.encode(t).ids) for t in texts] if counts is None else counts
         bound = f"max_length={max_length}" if max_length else f"the model's limit of {limit}"
         pieces, owners, weights = self._pieces(texts, counts, limit, options, bound)
         at = torch.tensor(owners, dtype=torch.long)  # long even when there are none
         chunks = torch.bincount(at, minlength=len(texts)).tolist()
-        skip = self._skip(leads, length, len(texts), prefix, windowed=[c > 1 for c in chunks])
+        skip = self._skip(leads, length, len(texts), windowed=[c > 1 for c in chunks])
         if progress is not None and len(pieces) != len(texts):  # windows: the share of the texts done
             progress = _share(progress, len(texts), len(pieces))
-        raw = self.encode(pieces, 1 if options.batch_invariant else batch_size, False, limit, progress,
-                          [skip[i] for i in owners] if any(skip) else 0)  # a window: its text's lead
+        raw = self._encode(pieces, 1 if options.batch_invariant else batch_size, False, limit, progress,
+                           [skip[i] for i in owners] if any(skip) else 0)  # a window: its text's lead
         share = torch.tensor(weights, dtype=raw.dtype, device=raw.device)[:, None]
         pooled = raw.new_zeros(len(texts), raw.shape[1]).index_add_(0, at.to(raw.device), raw * share)
         vectors = leading(pooled, options.dimensions or pooled.shape[1], options.normalize)  # Matryoshka
@@ -156,16 +166,23 @@ class SentenceEncoder:
         read = [limit if cut else n for n, cut in zip(counts, truncated)]
         return Embedded(vectors.float().cpu(), read, truncated, chunks, options, self.path)
 
-    def _skip(self, leads: list | None, length: PromptLength | None, n: int, prefix: str,
-              windowed: list) -> list:
-        """Each text's leading tokens the pooling leaves out: none where the model includes the prompt, else
-        the prompt's lead, or embed_with's `leads` (checked: whole numbers >= 0, one a text, no prompt);
-        refused for a text `windowed` with a lead (its later windows do not begin with the prompt: a batch's
-        other texts, of no prompt, may be windowed)."""
-        if leads is not None and prefix:
+    def _as_read(self, texts: list, prefix: str, held: bool) -> list:
+        """The texts as the model reads them, its prompt first, lowered where it lowercases (counted and
+        windowed as encode reads them); `held`: embed_counted's, so already (an options' prompt refused)."""
+        if held and prefix:
             raise OptionsError("leads are given for texts that hold their prompt; the options add another",
                                "leads")
-        found = [length.lead if length else 0] * n if leads is None else _per_text("leads", leads, n)
+        if held:
+            return texts
+        texts = [prefix + t for t in texts]
+        return [t.lower() for t in texts] if self.lowercase else texts
+
+    def _skip(self, leads: list | None, length: PromptLength | None, n: int, windowed: list) -> list:
+        """Each text's leading tokens the pooling leaves out: none where the model includes the prompt, else
+        the prompt's lead, or embed_counted's `leads` (checked by _given); refused for a text `windowed` with
+        a lead (its later windows do not begin with the prompt: a batch's other texts, of no prompt, may be
+        windowed)."""
+        found = [length.lead if length else 0] * n if leads is None else leads
         skip = [0] * n if self.include_prompt else found
         if any(lead and w for lead, w in zip(skip, windowed)):
             raise OptionsError('truncate="chunk": only a text\'s first window holds the prompt, which this '
@@ -294,8 +311,18 @@ def _one_max_length(max_length: int | None, options: EmbedOptions) -> int | None
     return options.max_length if max_length is None else max_length
 
 
+def _given(given: tuple, n_texts: int) -> tuple:
+    """embed_counted's (leads, counts), checked: one a text (zip would leave texts out: zero vectors), leads
+    whole numbers >= 0 (an OptionsError naming leads or counts)."""
+    leads, counts = given
+    if counts is None or len(counts) != n_texts:
+        said = "no" if counts is None else len(counts)
+        raise OptionsError(f"{said} token counts for {n_texts} texts: give one each", "counts")
+    return _per_text("leads", leads, n_texts), counts
+
+
 def _per_text(name: str, values, n_texts: int) -> list:
-    """embed_with's `leads` (`name`), checked: a whole number >= 0 for each text (an OptionsError)."""
+    """embed_counted's `leads` (`name`), checked: a whole number >= 0 for each text (an OptionsError)."""
     if not isinstance(values, (list, tuple)) or len(values) != n_texts or \
             not all(type(n) is int and n >= 0 for n in values):
         raise OptionsError(f"{name} must be {n_texts} whole numbers >= 0, one a text", name)

@@ -38,3 +38,18 @@ def test_served_counts_and_vectors_of_a_lowercasing_model_are_lmforge_embeds(mod
     assert answer.json()["tokens"] == found.tokens[0] == answer.json()["inputs"][0]["tokens"]
     assert answer.json()["inputs"][0]["truncated"] is False
     assert torch.allclose(torch.tensor(answer.json()["embeddings"]), found.vectors, atol=1e-5)
+
+
+def test_a_cased_prompt_and_text_are_lowered_once_on_the_route_and_embed_as_lmforge_embed(model_dir):
+    """The route lowers prompt + text once (to count them); the worker's embed_counted reads them as sent."""
+    import lmforge
+
+    served = load_served("e", model_dir)
+    sent, real = [], served.encoder.embed_counted
+    served.encoder.embed_counted = lambda texts, *args: sent.append(list(texts)) or real(texts, *args)
+    with TestClient(create_app({"e": served}, threads=1)) as client:
+        answer = client.post("/embed", json={"model": "e", "texts": ["The CAT sat"], "prompt": "Query: "})
+    assert answer.status_code == 200, answer.text
+    assert sent == [["query: the cat sat"]]  # one text: this tokenizer has no pad token
+    ours = lmforge.embed(["The CAT sat"], model=served.encoder, prompt="Query: ")
+    assert torch.equal(torch.tensor(answer.json()["embeddings"]), ours)  # one text alone: the same pass

@@ -18,14 +18,15 @@ from lmforge.tasks.qa import best_answer, window_spans
 
 
 def embed_batch(served, payloads: list) -> list:
-    """Embeddings of every job's texts from one embed_with run (one EmbedOptions: the jobs' key); per job,
-    a list of (vector in the options' encoding, {tokens, truncated, chunks, dim}). The texts hold their
+    """Embeddings of every job's texts from one embed_counted run (one EmbedOptions: the jobs' key); per
+    job, a list of (vector in the options' encoding, {tokens, truncated, chunks, dim}). The texts hold their
     prompt (the options none): each one's leads, the prompt's tokens the pooling may leave out, go along,
-    and its tokens as the route counted them (the texts as the model reads them, lowercased where it does)."""
+    and its tokens as the route counted them (the texts as the model reads them: the route lowercased them
+    where it lowercases, and embed_counted reads them as given)."""
     texts = [t for p in payloads for t in p["texts"]]
     leads = [n for p in payloads for n in p["leads"]]
     counts = [n for p in payloads for n in p["counts"]]
-    # the route counted them with the encoder's tokenizer: trusted, not counted again (embed_with counts)
+    # the route counted them with the encoder's tokenizer: trusted, not counted (nor lowered) again
     found = served.encoder.embed_counted(texts, payloads[0]["options"], max(1, len(texts)), None, None, leads,
                                          counts)
     vectors, dim = found.output(), found.vectors.shape[1]

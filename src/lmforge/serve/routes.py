@@ -117,7 +117,8 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
     except OptionsError as err:
         raise RequestError(422, str(err), param=err.field) from None
     most = bound.tokens * options.chunk_limit() if chunk else bound
-    # counted, clipped and sent as the model reads them (lowercased where it lowercases, as embed_with does):
+    # counted, clipped and sent as the model reads them (lowercased where it lowercases, as embed_with does;
+    # here only: embed_counted reads them as given):
     # counted as sent, a cased tokenizer's 14-token text was a 413 of 44 tokens, which Python reads whole
     lowered = [(prefix + t).lower() if served.encoder.lowercase else prefix + t for t in texts]
     texts, counts = await clip(server, served, lowered, bool(options.truncate), most)
@@ -126,7 +127,7 @@ async def embed_texts(server, served, texts: list, options, field: str = "input"
                            f"{bound.tokens} tokens", param="max_chunks")
     lengths = fit_lengths(counts, most, bool(options.truncate), server.limits)
     # the prompt's leading tokens (its options carry no prompt: a batch mixes requests of different prompts,
-    # each text with its own lead); embed_with's _skip alone decides whether the model leaves them out
+    # each text with its own lead); embed_counted's _skip alone decides whether the model leaves them out
     lead = 0 if length is None else length.lead
     # the counts go along, so the worker does not count again
     parts = [({"texts": [texts[i] for i in run], "options": options, "leads": [lead] * len(run),

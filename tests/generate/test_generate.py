@@ -275,3 +275,26 @@ def test_prefix_lm_generation_reads_the_prompt_bidirectionally():
     with pytest.raises(OptionsError, match="prefix_lm is for decoders") as err:
         generate(GENERATORS["t5-small"], ids, mask, max_new_tokens=2, prefix_lm=True)
     assert err.value.field == "prefix_lm"
+
+
+def test_call_options_are_keywords_of_generate_s_fields_and_still_checked(monkeypatch):
+    """prefix_lm, use_cache and projection come through **fields (CallOptions' names): the public signature
+    has at most 9 named parameters (a review flags 12), and each keyword still reaches decoding or is
+    refused naming itself."""
+    import importlib
+    import inspect
+
+    generation = importlib.import_module("lmforge.generate")  # the module: lmforge.generate is the function
+    named = [p for p in inspect.signature(generate).parameters.values() if p.kind != p.VAR_KEYWORD]
+    assert len(named) <= 9, [p.name for p in named]
+    seen, steps = [], generation.DecoderSteps
+    monkeypatch.setattr(generation, "DecoderSteps",
+                        lambda *a: seen.append((a[4], a[5], a[6].mode)) or steps(*a))
+    ids = torch.tensor([[5, 6, 7]])
+    out = generate(GENERATORS["gpt2"], ids, use_cache=False, prefix_lm=True, projection="plain",
+                   max_new_tokens=3, eos_token_id=None)
+    assert seen == [(False, True, "plain")] and out.shape == (1, 6)
+    for given in ({"projection": "fast"}, {"use_cache": "no"}, {"prefix_lm": 1}, {"use_kache": True}):
+        with pytest.raises(OptionsError) as err:
+            generate(GENERATORS["gpt2"], ids, max_new_tokens=3, **given)
+        assert err.value.field == next(iter(given)) and next(iter(given)) in str(err.value)

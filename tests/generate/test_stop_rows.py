@@ -136,12 +136,25 @@ def test_a_streamed_prompt_ends_and_is_shown_by_generate_s_own_stop_rows(decoder
     assert new == _alone(model, tok, prompt, stops, **settings)
 
 
-def test_a_stop_rows_of_fewer_tails_than_rows_is_refused(decoder):
-    """zip paired the first tails only and the (1,) result broadcast: every row ended with the first."""
+def test_a_stop_rows_is_no_public_stop_strings(decoder):
+    """stop_strings is a str or a list: a StopRows (generate_until_stop's tail) has a private route now, so
+    the public argument refuses it naming stop_strings, as it refuses any other kind."""
     from lmforge.generate.stop_rows import StopRows
 
     model, tok = decoder
-    ids = torch.tensor([_prompt(tok, "the cat"), _prompt(tok, "the cat")])
-    with pytest.raises(OptionsError, match="a StopRows of 1 rows for 2 rows") as refused:
-        lmforge.generate(model, ids, stop_strings=StopRows([TextTail(tok, ("x",), [])]), max_new_tokens=2)
-    assert refused.value.field == "stop_strings"
+    rows = StopRows([TextTail(tok, ("x",), [])])
+    with pytest.raises(OptionsError, match="a str or a list of str, got StopRows") as err:
+        lmforge.generate(model, torch.tensor([[5, 6]]), stop_strings=rows, tokenizer=tok, max_new_tokens=2)
+    assert err.value.field == "stop_strings"
+
+
+def test_generate_until_stop_s_one_tail_for_more_returned_rows_is_refused(decoder):
+    """zip paired the first tails only and the (1,) result broadcast: every row ended with the first. One
+    prompt's TextTail seeks one row, so more returned sequences are refused naming num_return_sequences."""
+    model, tok = decoder
+    options = GenerationOptions(max_new_tokens=2, do_sample=True, num_return_sequences=2, pad_token_id=PAD)
+    tail = TextTail(tok, ("x",), _prompt(tok, "the cat"))
+    with pytest.raises(OptionsError, match="1 prompts x 2 sequences each are 2 rows for a StopRows of 1") \
+            as refused:
+        generate_until_stop(model, torch.tensor([_prompt(tok, "the cat")]), tail, options=options)
+    assert refused.value.field == "num_return_sequences"

@@ -10,11 +10,13 @@ token — the same shapes the reference library's `generate` returns.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 from typing import Callable, Optional
 
 import torch
 
 from lmforge.generate.beam import Beams, beam_search
+from lmforge.generate.call_options import CALL_FIELDS
 from lmforge.generate.checks import check_call, check_for_model, check_prompt, check_streamed, sequences_each
 from lmforge.generate.vocab.projection import VocabProjection
 from lmforge.generate.options import GenerationOptions, refuse_unused
@@ -44,7 +46,9 @@ class _Finished:
         """(N,) chosen tokens with finished rows padded; the rows that stop now are noted."""
         if self.stop is None and self.texts is None:
             return chosen
-        if self.pad is not None:  # none only for a single row (stop_rows), which is never padded
+        # pad is none only for one row with stop strings and no eos or pad id (stop_rows refuses more rows,
+        # StopRows.for_call holds one): decoding ends once that row is done, so it is never padded
+        if self.pad is not None:
             chosen = torch.where(self.done, torch.full_like(chosen, self.pad), chosen)
         before = self.done
         if self.stop is not None:
@@ -121,12 +125,10 @@ def _as_found(model):
             module.training = training
 
 
-@torch.no_grad()
 def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, *,
-             options: Optional[GenerationOptions] = None, use_cache: bool = True, prefix_lm: bool = False,
-             generator: Optional[torch.Generator] = None, seed: Optional[int] = None,
-             streamer: Optional[Callable] = None, projection: str = "auto", stop_strings=None, tokenizer=None,
-             **fields) -> torch.Tensor:
+             options: Optional[GenerationOptions] = None, generator: Optional[torch.Generator] = None,
+             seed: Optional[int] = None, streamer: Optional[Callable] = None, stop_strings=None,
+             tokenizer=None, **fields) -> torch.Tensor:
     """Continue `input_ids` (B, T), left-padded when `attention_mask` has zeros.
 
     Decoders return (B * R, T + n) prompt and new tokens; encoder-decoders return (B * R, 1 + n) decoder
@@ -137,18 +139,30 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     the reference library's `generate` arguments of the same names); a bad or unknown one raises OptionsError
     (a ValueError) naming it. Stop, pad, forced and decoder start ids default to the model config's.
     `stop_strings` (a string or a list, with the `tokenizer` that decodes the model's ids: the reference's
-    names; or a StopRows whose tails a caller reads, generate/stop_rows.py) end each row at the step its new
-    text holds one, as `--stop` does: ids kept up to the one completing it, later ones padded (beams: cut).
-    use_cache=False recomputes every position at every step (same tokens, slower); sampling draws from
-    `generator`, or one seeded with `seed` (0 to 2**63 - 1) as `lmforge generate --seed` seeds its own (on a
-    CPU, its tokens), not both; prefix_lm=True lets a decoder pretrained as a prefix LM read the prompt
-    bidirectionally (objectives/prefix_lm.py); `streamer` receives each step's (B * R,) new tokens (greedy and
-    sampling only). Speed options, same tokens: `projection` computes the vocabulary projection "auto" (the
-    fastest way timed on this machine), "plain", "input-major" or "screen" (generate/vocab/projection.py). The
-    model runs as it is given: plain, or accelerated where `lmforge.optimize(model)` was called (the same
-    tokens either way, but where two logits are equal within float rounding). It is left exactly as it was
-    found (weights, layout, mode)."""
-    generator = check_call(model, use_cache, prefix_lm, generator, streamer, projection, seed)
+    names) end each row at the step its new text holds one, as `--stop` does: ids kept up to the one
+    completing it, later ones padded (beams: cut). Sampling draws from `generator`, or one seeded with `seed`
+    (0 to 2**63 - 1) as `lmforge generate --seed` seeds its own (on a CPU, its tokens), not both; `streamer`
+    receives each step's (B * R,) new tokens (greedy and sampling only). Keywords too, as CallOptions declares
+    them (generate/call_options.py): prefix_lm=True lets a decoder pretrained as a prefix LM read the prompt
+    bidirectionally (objectives/prefix_lm.py); speed settings, same tokens: use_cache=False recomputes every
+    position at every step, `projection` computes the vocabulary projection "auto" (the fastest way timed on
+    this machine), "plain", "input-major" or "screen" (generate/vocab/projection.py). The model runs as it is
+    given: plain, or accelerated where `lmforge.optimize(model)` was called (the same tokens either way, but
+    where two logits are equal within float rounding). It is left exactly as it was found (weights, layout,
+    mode)."""
+    return _generate(model, input_ids, attention_mask, partial(stop_rows, stop_strings, tokenizer),
+                     options=options, generator=generator, seed=seed, streamer=streamer, **fields)
+
+
+@torch.no_grad()
+def _generate(model, input_ids, attention_mask, rows: Callable, /, *, options=None, generator=None, seed=None,
+              streamer=None, **fields) -> torch.Tensor:
+    """lmforge.generate, its rows ending where `rows(input_ids, mask, options, pad, encoder_decoder)`'s
+    StopRows (or None) says: the stop strings' (stop_rows), or generate_until_stop's own (StopRows.for_call).
+    The CallOptions keywords are split out of `fields` by name, the rest are GenerationOptions'."""
+    call = {name: fields.pop(name, declared.default) for name, declared in CALL_FIELDS.items()}
+    generator = check_call(model, call["use_cache"], call["prefix_lm"], generator, streamer,
+                           call["projection"], seed)
     mask = check_prompt(model, input_ids, attention_mask)
     start = 1 if isinstance(model, EncoderDecoder) else input_ids.shape[1]  # positions before the new ones
     options = resolve(model, start, fields, options)
@@ -156,9 +170,9 @@ def generate(model: Transformer, input_ids: torch.Tensor, attention_mask: Option
     ids = check_for_model(options, model, start)
     check_streamed(options, streamer)
     copies = sequences_each(input_ids.shape[0], options)
-    texts = stop_rows(stop_strings, tokenizer, input_ids, mask, options, ids["pad"],
-                      isinstance(model, EncoderDecoder))
-    projection = VocabProjection(model.heads[lm_head_name(model)], projection, steps=options.max_new_tokens)
+    texts = rows(input_ids, mask, options, ids["pad"], isinstance(model, EncoderDecoder))
+    projection = VocabProjection(model.heads[lm_head_name(model)], call["projection"],
+                                 steps=options.max_new_tokens)
     with _as_found(model) as found:
-        steps = _steps(found, input_ids, mask, ids, copies, use_cache, prefix_lm, projection)
+        steps = _steps(found, input_ids, mask, ids, copies, call["use_cache"], call["prefix_lm"], projection)
         return _decode(steps, ids, options, generator, streamer, texts)

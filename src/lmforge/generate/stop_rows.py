@@ -42,6 +42,17 @@ class StopRows:
                 self.show(tail.push(token), [token])
         return torch.tensor([tail.stopped for tail in self.tails], device=chosen.device)
 
+    def for_call(self, input_ids, mask, options: GenerationOptions, pad, encoder_decoder: bool) -> StopRows:
+        """This StopRows as a call's rows (lmforge.generate._generate's route, as stop_rows makes them; its
+        stop strings checked by its caller): one TextTail a returned row, else an OptionsError naming
+        input_ids or num_return_sequences (zip would pair the first tails only, all rows ending with one)."""
+        prompts, each = input_ids.shape[0], options.num_return_sequences
+        if prompts * each != len(self.tails):
+            raise OptionsError(f"{prompts} prompts x {each} sequences each are {prompts * each} rows for a "
+                               f"StopRows of {len(self.tails)} (one TextTail a returned row)",
+                               "input_ids" if prompts != len(self.tails) else "num_return_sequences")
+        return self
+
     def cut(self, out: torch.Tensor, start: int, eos, fill: int) -> torch.Tensor:
         """Beam search's (N, L) `out` with each row's new ids (from column `start`) cut after the one whose
         text holds a stop string, its later positions `fill`, and the columns that no row keeps left out."""
@@ -59,14 +70,11 @@ def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptio
     strings: a decoder's new ids join their prompt's (its padding left out), an encoder-decoder's answer
     starts a text of its own. An OptionsError naming what is wrong: stop_strings (check_stops), a tokenizer
     missing, or a pad token missing for the rows of a greedy or sampled batch that end first (check_stops'
-    messages begin with the field: "stop_strings.1: a stop string is empty ...")). A StopRows given is
-    used as it is (one TextTail a returned row): generate_until_stop's, whose tail its caller reads."""
-    rows = input_ids.shape[0] * options.num_return_sequences
-    if isinstance(stop_strings, StopRows):  # its stop strings checked by its caller (check_stops)
-        if len(stop_strings.tails) != rows:  # zip would pair the first tails only, all rows ending with one
-            raise OptionsError(f"stop_strings: a StopRows of {len(stop_strings.tails)} rows for {rows} rows "
-                               "(one TextTail a returned row)", "stop_strings")
-        return stop_strings
+    messages begin with the field: "stop_strings.1: a stop string is empty ...")). A StopRows of the
+    caller's own (generate_until_stop's) goes in by StopRows.for_call instead."""
+    if stop_strings is not None and not isinstance(stop_strings, (str, list, tuple)):  # a StopRows: for_call
+        raise OptionsError(f"stop_strings must be a str or a list of str, got {type(stop_strings).__name__}",
+                           "stop_strings")
     try:
         stops = check_stops(stop_strings, field="stop_strings")
     except OptionsError as err:  # the rule's words name no face's argument: --stop's are prefixed with the
@@ -78,6 +86,7 @@ def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptio
         got = "none was given" if tokenizer is None else f"{type(tokenizer).__name__} has no decode"
         raise OptionsError(f"stop_strings are sought in the decoded text: give tokenizer= (the model's); "
                            f"{got}", "tokenizer")
+    rows = input_ids.shape[0] * options.num_return_sequences
     if options.num_beams == 1 and rows > 1 and pad is None:
         raise OptionsError(f"stop_strings with {rows} rows need a pad token for the rows that end first: "
                            "give pad_token_id (the model config names no pad or eos token)", "pad_token_id")

@@ -2,14 +2,15 @@
 run, by the one rule of generate/stop_rule.py (check_stops, TextTail: named here too, where their callers
 import them). Greedy and sampled generation ends at the step a stop string appears, each step's text newly
 safe to show handed on; beam search, whose best hypothesis is known only at the end, has its finished text
-cut. The step's ending is lmforge.generate's own (stop_strings=, stop_rows.py): the prompt's TextTail goes
-in as the one row its StopRows seeks, and shows, so a stop string ends generation one way on every face.
+cut. The step's ending is lmforge.generate's own (stop_rows.py): the prompt's TextTail goes in, by its private
+route (StopRows.for_call), as the one row its StopRows seeks and shows, so a stop string ends generation one
+way on every face; the public stop_strings= takes strings alone.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from lmforge.generate import generate
+from lmforge.generate import _generate, generate
 from lmforge.generate.options import GenerationOptions
 from lmforge.generate.stop_rows import StopRows, until_eos
 from lmforge.generate.stop_rule import (EMPTY, MAX_STOP, MAX_STOP_CHARS, StopLimitError, TextTail,
@@ -33,7 +34,7 @@ def generate_until_stop(model, input_ids, tail: TextTail, *, options: Generation
     if show is None and not tail.stops:  # nothing to seek or show at each step: the text decoded once
         return tail.feed(generate(model, input_ids, options=options, **call)[0, start:].tolist())
     rows = StopRows([tail], show)
-    new = generate(model, input_ids, options=options, stop_strings=rows, **call)[0, start:].tolist()
+    new = _generate(model, input_ids, None, rows.for_call, options=options, **call)[0, start:].tolist()
     if show is not None and tail.rest():
         show(tail.rest(), [])
     return new

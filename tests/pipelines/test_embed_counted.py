@@ -47,11 +47,19 @@ def test_embed_counted_does_not_lower_the_texts_again(encoder, monkeypatch):
     seen, batch = [], encoder.tokenizer.encode_batch
     monkeypatch.setattr(encoder.tokenizer, "encode_batch", lambda texts, **kw: seen.append(texts) or
                         batch(texts, **kw))
-    count = len(encoder.tokenizer.encode("ABC def").ids)
-    encoder.embed_counted(["ABC def"], EmbedOptions(prompt=""), 32, None, None, [0], [count])
-    assert seen == [["ABC def"]]
+    count = len(encoder.tokenizer.encode("abc def").ids)
     lowered = encoder.embed_counted(["abc def"], EmbedOptions(prompt=""), 32, None, None, [0], [count])
     by_python = encoder.embed_with(["ABC def"], EmbedOptions(prompt=""))
     assert torch.equal(lowered.vectors, by_python.vectors) and lowered.tokens == by_python.tokens
     encoder.encode(["ABC def"])
-    assert seen[1:] == [["abc def"]] * 3
+    assert seen == [["abc def"]] * 3
+
+
+def test_embed_counted_refuses_a_cased_text_for_a_lowercasing_model(encoder, monkeypatch):
+    """Read as given, a cased text was embedded cased (and its counts trusted), unsaid: a public Python call
+    with texts not lowered got vectors unlike embed_with's. Refused naming texts, before any text is read."""
+    monkeypatch.setattr(encoder, "lowercase", True)
+    monkeypatch.setattr(encoder.tokenizer, "encode_batch", lambda *a, **k: pytest.fail("encoded"))
+    with pytest.raises(OptionsError) as err:
+        encoder.embed_counted(["abc def", "ABC def"], EmbedOptions(prompt=""), 32, None, None, [0, 0], [4, 4])
+    assert err.value.field == "texts" and str(err.value).startswith("texts[1] is not lowercased")

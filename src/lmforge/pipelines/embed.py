@@ -131,8 +131,9 @@ class SentenceEncoder:
     def embed_counted(self, texts, options, batch_size, max_length, progress, leads, counts) -> "Embedded":
         """The server's embed_with (serve/job_kinds.py): texts as the model reads them, as the route counted
         and clipped them (each holding its prompt, the options none; lowercased where the model lowercases:
-        not lowered again here), with each text's prompt lead (PromptLength.lead; checked: whole numbers >= 0,
-        one a text) and its token count, trusted (one a text): the route counted them, same tokenizer."""
+        not lowered again here, a cased one refused naming texts), with each text's prompt lead
+        (PromptLength.lead; checked: whole numbers >= 0, one a text) and its token count, trusted (one a
+        text): the route counted them, same tokenizer."""
         return self._embedded(texts, options, batch_size, max_length, progress, (leads, counts))
 
     def _embedded(self, texts, options, batch_size, max_length, progress, given: tuple | None) -> "Embedded":
@@ -168,11 +169,16 @@ class SentenceEncoder:
 
     def _as_read(self, texts: list, prefix: str, held: bool) -> list:
         """The texts as the model reads them, its prompt first, lowered where it lowercases (counted and
-        windowed as encode reads them); `held`: embed_counted's, so already (an options' prompt refused)."""
+        windowed as encode reads them); `held`: embed_counted's, so already (an options' prompt refused, a
+        text not lowered for a lowercasing model refused naming texts)."""
         if held and prefix:
             raise OptionsError("leads are given for texts that hold their prompt; the options add another",
                                "leads")
-        if held:
+        if held:  # read as given, counted as given: a cased text would be embedded cased, unsaid
+            cased = next((i for i, t in enumerate(texts) if self.lowercase and t != t.lower()), None)
+            if cased is not None:
+                raise OptionsError(f"texts[{cased}] is not lowercased: this model lowercases its texts, and "
+                                   "embed_counted reads them (and their counts) as given", "texts")
             return texts
         texts = [prefix + t for t in texts]
         return [t.lower() for t in texts] if self.lowercase else texts

@@ -158,3 +158,20 @@ def test_generate_until_stop_s_one_tail_for_more_returned_rows_is_refused(decode
             as refused:
         generate_until_stop(model, torch.tensor([_prompt(tok, "the cat")]), tail, options=options)
     assert refused.value.field == "num_return_sequences"
+
+
+def test_stop_rows_for_call_of_more_rows_without_a_pad_token_is_refused(decoder):
+    """StopRows.for_call (a public method) skipped stop_rows' pad rule: two rows and no pad id went on, a
+    row that ended first unpadded (_Finished pads none), unsaid. Refused as stop_rows refuses it; one row is
+    not."""
+    from lmforge.generate.stop_rows import StopRows
+
+    tok = decoder[1]
+    rows = StopRows([TextTail(tok, ("x",), []), TextTail(tok, ("x",), [])])
+    ids, greedy = torch.tensor([[5, 6], [7, 8]]), GenerationOptions(max_new_tokens=2)
+    with pytest.raises(OptionsError, match="stop_strings with 2 rows need a pad token") as err:
+        rows.for_call(ids, torch.ones_like(ids), greedy, None, False)
+    assert err.value.field == "pad_token_id"
+    assert rows.for_call(ids, torch.ones_like(ids), greedy, PAD, False) is rows
+    one = StopRows([TextTail(tok, ("x",), [])])
+    assert one.for_call(ids[:1], torch.ones_like(ids[:1]), greedy, None, False) is one

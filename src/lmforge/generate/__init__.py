@@ -46,8 +46,8 @@ class _Finished:
         """(N,) chosen tokens with finished rows padded; the rows that stop now are noted."""
         if self.stop is None and self.texts is None:
             return chosen
-        # pad is none only for one row with stop strings and no eos or pad id (stop_rows refuses more rows,
-        # StopRows.for_call holds one): decoding ends once that row is done, so it is never padded
+        # pad is none only for one row with stop strings and no eos or pad id (stop_rows and StopRows.for_call
+        # refuse more rows: _check_pad): decoding ends once that row is done, so it is never padded
         if self.pad is not None:
             chosen = torch.where(self.done, torch.full_like(chosen, self.pad), chosen)
         before = self.done

@@ -45,12 +45,14 @@ class StopRows:
     def for_call(self, input_ids, mask, options: GenerationOptions, pad, encoder_decoder: bool) -> StopRows:
         """This StopRows as a call's rows (lmforge.generate._generate's route, as stop_rows makes them; its
         stop strings checked by its caller): one TextTail a returned row, else an OptionsError naming
-        input_ids or num_return_sequences (zip would pair the first tails only, all rows ending with one)."""
+        input_ids or num_return_sequences (zip would pair the first tails only, all rows ending with one),
+        or naming pad_token_id as stop_rows does (_check_pad)."""
         prompts, each = input_ids.shape[0], options.num_return_sequences
         if prompts * each != len(self.tails):
             raise OptionsError(f"{prompts} prompts x {each} sequences each are {prompts * each} rows for a "
                                f"StopRows of {len(self.tails)} (one TextTail a returned row)",
                                "input_ids" if prompts != len(self.tails) else "num_return_sequences")
+        _check_pad(prompts * each, options, pad)  # else a row that ended first went on unpadded (_Finished)
         return self
 
     def cut(self, out: torch.Tensor, start: int, eos, fill: int) -> torch.Tensor:
@@ -86,10 +88,15 @@ def stop_rows(stop_strings, tokenizer, input_ids, mask, options: GenerationOptio
         got = "none was given" if tokenizer is None else f"{type(tokenizer).__name__} has no decode"
         raise OptionsError(f"stop_strings are sought in the decoded text: give tokenizer= (the model's); "
                            f"{got}", "tokenizer")
-    rows = input_ids.shape[0] * options.num_return_sequences
-    if options.num_beams == 1 and rows > 1 and pad is None:
-        raise OptionsError(f"stop_strings with {rows} rows need a pad token for the rows that end first: "
-                           "give pad_token_id (the model config names no pad or eos token)", "pad_token_id")
+    _check_pad(input_ids.shape[0] * options.num_return_sequences, options, pad)
     contexts = [[] if encoder_decoder else row[keep.bool()].tolist() for row, keep in zip(input_ids, mask)]
     each = options.num_return_sequences
     return StopRows([TextTail(tokenizer, stops, context) for context in contexts for _ in range(each)])
+
+
+def _check_pad(rows: int, options: GenerationOptions, pad) -> None:
+    """An OptionsError naming pad_token_id where a greedy or sampled call of more than one row has no pad
+    token for the rows that end first (stop_rows' and StopRows.for_call's rule)."""
+    if options.num_beams == 1 and rows > 1 and pad is None:
+        raise OptionsError(f"stop_strings with {rows} rows need a pad token for the rows that end first: "
+                           "give pad_token_id (the model config names no pad or eos token)", "pad_token_id")

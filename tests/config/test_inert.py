@@ -92,3 +92,11 @@ def test_every_preset_builds_with_its_tiny_sizes_as_overrides(name):
     sizes = tiny_overrides(get_config(name))
     cfg = get_config(name, **sizes)  # tests' override path (objectives/test_registry.py): none refused
     assert not set(sizes) & set(cfg.inert_fields()) and cfg.d_model == tiny(name).d_model == 32
+
+
+@pytest.mark.parametrize("data, overrides, field", [([1], {}, "config"), ({}, [("window", 8)], "overrides")])
+def test_from_overrides_refuses_what_is_not_a_mapping_naming_it(data, overrides, field):
+    """from_overrides spread both with **: a list was a bare TypeError where from_dict says ConfigError."""
+    with pytest.raises(ConfigError) as err:
+        ModelConfig.from_overrides(data, overrides)
+    assert err.value.field == field and str(err.value).startswith(f"{field}: must be a mapping of model config")

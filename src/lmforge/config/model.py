@@ -312,6 +312,10 @@ class ModelConfig:
     def from_overrides(cls, data: dict, overrides: dict) -> "ModelConfig":
         """from_dict of `data` with the `overrides` a user asked for over it, validated as one: a ConfigError
         where an override has no effect on the result. The one place an inert override is refused."""
+        for name, given in (("config", data), ("overrides", overrides)):  # ** would raise a bare TypeError
+            if not isinstance(given, dict):
+                raise ConfigError(f"{name}: must be a mapping of model config fields, got "
+                                  f"{type(given).__name__}", name)
         cfg = cls.from_dict({**data, **overrides})
         # only the overrides: data's own fields of no effect stand (a converter's config.json holds some)
         refuse_inert(cfg, overrides)  # else lstm_dim=64 on a BERT, window=64 on dense attention, do nothing

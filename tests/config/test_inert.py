@@ -99,4 +99,5 @@ def test_from_overrides_refuses_what_is_not_a_mapping_naming_it(data, overrides,
     """from_overrides spread both with **: a list was a bare TypeError where from_dict says ConfigError."""
     with pytest.raises(ConfigError) as err:
         ModelConfig.from_overrides(data, overrides)
-    assert err.value.field == field and str(err.value).startswith(f"{field}: must be a mapping of model config")
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field}: must be a mapping of model config fields, got list")

@@ -159,3 +159,24 @@ def test_an_elmo_config_is_described_as_a_bilstm_with_the_flops_its_forward_coun
     text = describe(lmforge.get_config("elmo-small"))
     assert "biLSTM layers, each direction 1024 cells projected to d_model=128" in text
     assert not any(word in text for word in ("heads", "attention", "feed-forward", "d_ff"))  # a Transformer's
+
+
+@pytest.mark.parametrize("preset,fields", [
+    ("bert-base", {"tie_embeddings": False, "lm_transform": False}),  # d_model -> V: E had been charged
+    ("bert-base", {"tie_embeddings": False}), ("bert-base", {}),  # the transform d -> E, then E -> V
+    ("gpt2", {"tie_embeddings": False}), ("t5-small", {"tie_embeddings": False}),
+    ("t5-small", {"lm_transform": True})])  # an encoder-decoder: each stack projects its tokens E -> d
+def test_flops_per_token_are_what_a_forward_with_its_lm_head_costs(preset, fields):
+    """T tokens through the model (an encoder-decoder: T in, T out) and the LM head on each, E = 16 !=
+    d_model: FlopCounterMode's matmul FLOPs are T x flops_per_token exactly, tied or untied."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lmforge.heads import make_head
+
+    cfg, T = lmforge.tiny(preset).replace(d_embed=16, **fields), 12
+    model = from_config(cfg)  # training mode: CPU inference's fused attention kernel is not counted by torch
+    head, ids = make_head(model, "lm"), torch.randint(5, cfg.vocab_size, (1, T))
+    seq2seq = {"decoder_input_ids": ids} if cfg.architecture == "encoder-decoder" else {}
+    with FlopCounterMode(display=False) as counted:
+        head(model(ids, **seq2seq, run_heads=False).last_hidden_state)
+    assert counted.get_total_flops() == T * flops_per_token(cfg, T)

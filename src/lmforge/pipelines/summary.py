@@ -72,11 +72,17 @@ def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool 
         self_attn = projections + 2 * context * q_dim  # the decoder's self-attention is full
         macs += cfg.decoder_layers * (self_attn + ffn + projections + 2 * context * q_dim)
     macs -= _pruned_macs(cfg, context)
-    if cfg.embed_dim != d:
-        macs += cfg.embed_dim * d
+    if cfg.embed_dim != d:  # each stack embeds its own tokens: an encoder-decoder's decoder projects E -> d
+        macs += cfg.embed_dim * d * (2 if cfg.architecture == "encoder-decoder" else 1)
     if lm_head:
-        macs += (d * cfg.embed_dim if cfg.lm_transform else 0) + cfg.embed_dim * cfg.vocab_size
+        macs += (d * cfg.embed_dim if cfg.lm_transform else 0) + projection_width(cfg) * cfg.vocab_size
     return 2 * macs
+
+
+def projection_width(cfg: ModelConfig) -> int:
+    """What the vocabulary projection reads per token (heads.LMHead): E after the transform or into the tied
+    table, d_model where an untied decoder reads the hidden states without a transform."""
+    return cfg.embed_dim if cfg.lm_transform or cfg.tie_embeddings else cfg.d_model
 
 
 def _pruned_macs(cfg: ModelConfig, context: int) -> int:

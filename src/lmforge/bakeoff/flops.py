@@ -18,9 +18,9 @@ What each objective runs, per example of T = max_len tokens:
 - encoder-decoders (T5 span corruption, prefix LM, BART denoising): the encoder on its input
   tokens and the decoder, with the vocabulary projection, on its target tokens (self-attention over
   the targets, cross-attention over the inputs, whose keys and values are projected once per input);
-- causal LM: the decoder on T tokens, the vocabulary at every one; a decoder's prefix LM: the decoder on
-  T tokens, the vocabulary on the continuation only (T - P positions for a split point P uniform in
-  [1, T - 1]: T / 2 on average), as PrefixLM computes it;
+- causal LM: the decoder on T tokens, the vocabulary on the T - 1 that have a next token; a decoder's
+  prefix LM: the decoder on T tokens, the vocabulary on the continuation only (T - P positions for a
+  split point P uniform in [1, T - 1]: T / 2 on average), as PrefixLM computes it;
 - an encoder-decoder's prefix LM: the prefix (+ </s>) in, the continuation (+ </s>) out, each side padded
   to the longest of its micro-batch: the expected largest of `micro_batch` uniform split points
   (padded_split), T / 2 + 1 a side for one example a micro-batch, near T + 1 for many;
@@ -52,12 +52,14 @@ from lmforge.objectives.rtd import ReplacedTokenDetection, generator_config
 from lmforge.objectives.spanbert import SpanMLM
 from lmforge.objectives.structbert import StructuralMLM
 from lmforge.objectives.t5_span_corruption import SpanCorruption, block_length, noise_counts
-from lmforge.pipelines.summary import flops_per_token
+from lmforge.pipelines.summary import flops_per_token, projection_width
 
 # the counting's revision: a change here buys an arm other steps for the same budget, so a pretraining
 # (and its results) stamped under another revision runs again (bakeoff/fingerprint.py); 2: the heads and
-# networks charged on the positions they run on (Shares), span corruption and prefix LM as written
-COUNTING = 2
+# networks charged on the positions they run on (Shares), span corruption and prefix LM as written; 3: the
+# vocabulary projection (and SBO) at the width it reads (d_model for an untied decoder without a transform),
+# an encoder-decoder's decoder's own E -> d projection, a causal LM's vocabulary on T - 1 positions
+COUNTING = 3
 
 BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
 TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget
@@ -114,9 +116,10 @@ def _masked_lm(cls, cfg: ModelConfig, options: dict, T: int, shares: Shares) -> 
         charges["wso_head"] = options["wso_rate"] * (1 - rate) * maskable * head_flops(cfg, T)
         if options.get("sso"):  # next / previous / other document
             charges["pair_head"] = _pair_head(cfg, 3)
-    # SBO: W1 (3d -> d) and W2 (d -> E) before the shared projection
+    # SBO: W1 (3d -> d) and W2 (d -> E) before the MLM's projection, E the width it reads (projection_width:
+    # d_model for an untied decoder without a transform, where the embedding width had been charged)
     if issubclass(cls, SpanMLM) and getattr(cls, "uses_sbo", True):
-        d, E = cfg.d_model, cfg.embed_dim
+        d, E = cfg.d_model, projection_width(cfg)
         charges["sbo"] = rate * maskable * (2 * (3 * d * d + d * E) + 2 * E * cfg.vocab_size)
     return charges
 
@@ -211,7 +214,7 @@ def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict |
         body = {"decoder": T * flops_per_token(cfg, T, lm_head=False)}
         if spec.build is build_prefix_lm:  # the vocabulary on the continuation only: T / 2 on average
             return {**body, "lm_head": padded_split(T) * head_flops(cfg, T)}
-        return {**body, "lm_head": T * head_flops(cfg, T)}
+        return {**body, "lm_head": (T - 1) * head_flops(cfg, T)}  # the last token has nothing to predict
     raise NoFlopCount(f"no FLOP count for objective {spec.name!r} on an {cfg.architecture} model (the "
                       "bake-off counts masked LMs, ELECTRA's, causal and prefix LMs and encoder-decoders)")
 

@@ -31,8 +31,9 @@ from lmforge.tasks.control import freeze, lr_scale_fn, trainable_count
 from lmforge.tasks.fields import given_records, record_list, training_records
 from lmforge.tasks.formats import check_labels, gold_given, source_of, write_predictions
 # task_info is named here too: the jobs and commands import it from this module
-from lmforge.tasks.reference import (ONE_SCORE, check_kind, check_scored, default_labels, fine_tuned_for,
-                                     own_kind, saved_kind, saved_options, scored_activation, task_info)
+from lmforge.tasks.reference import (ONE_SCORE, check_head, check_kind, check_scored, default_labels,
+                                     fine_tuned_for, own_kind, saved_kind, saved_options, scored_activation,
+                                     task_info)
 from lmforge.tasks.rerank import rerank_option
 from lmforge.tokenizer import check_fits, load_tokenizer
 from lmforge.train import TrainConfig, Trainer
@@ -357,6 +358,7 @@ def fine_tuned_task(model, records: list, kind: str | None = None, tokenizer=Non
                            "kind")
     check_kind(where, info, kind)  # task.json's kind, or a Hugging Face head's meaning (its problem_type)
     check_scored(path, info, kind)  # a CrossEncoder's Tanh: refused before its weights are read
+    check_head(path, info, kind, where)  # as is a folder whose config.json has no head of the task
     folder, (model, tokenizer) = isinstance(model, (str, Path)), load_model(model, tokenizer)
     # a folder without task.json (a Hugging Face one) reads to its context, as the reference's pipelines
     default = min(model.config.max_seq_len, MAX_TASK_LEN) if folder else 128

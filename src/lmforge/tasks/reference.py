@@ -28,7 +28,7 @@ from lmforge.io import model_dir
 # the label helpers live in io/labels.py (io.load reads them too), their one home: import them from there
 from lmforge.io.labels import (ACTIVATIONS, PROBLEM_TYPES, TASK_FILE, cross_encoder, cross_encoder_activation,
                                id2label_order, is_label, scoring_activation, task_fields)
-from lmforge.io.native import CheckpointError, read_json_object
+from lmforge.io.native import FORMAT, CheckpointError, read_json_object
 from lmforge.tasks.base import MODULES, task_class
 from lmforge.utils.model_folder import check_recorded, inside_job_folder
 from lmforge.utils.errors import shown
@@ -210,6 +210,54 @@ def check_scored(path, info: dict, kind: str) -> None:
     before the model's weights are read."""
     if path is not None and "activation" in task_class(kind).options and info.get("activation") is not None:
         scored_activation(path, info)
+
+
+def saved_heads(path) -> set | None:
+    """The head names a model folder's config.json gives its model, read without its weights: lmforge's
+    "heads", or those lmforge.convert builds for a Hugging Face architecture (a pooler it may leave out
+    included); None where the file says none that is known (the load then says what is wrong)."""
+    config = inside_job_folder(Path(path)) / "config.json"
+    meta = read_json_object(config) if config.is_file() else {}
+    if meta.get("format") == FORMAT:
+        heads = meta.get("heads", {})
+        return set(heads) if isinstance(heads, dict) else None
+    from lmforge.convert.hf import FAMILIES
+
+    family, names = FAMILIES.get(meta.get("model_type")), meta.get("architectures")
+    name = names[0] if isinstance(names, list) and names else None
+    if family is None or not isinstance(name, str) or name not in family.heads:
+        return None
+    try:
+        return {head for head, _, _ in family.heads[name](meta)}
+    except (KeyError, TypeError, ValueError):  # a field the head needs, missing or odd: the load names it
+        return None
+
+
+def _text_to_text(path, kind: str) -> bool:
+    """Whether `kind` may be read text-to-text on the folder's model, by its LM head (an encoder-decoder's:
+    text2text.choose), its config read without its weights."""
+    from lmforge.io import folder_config
+    from lmforge.tasks.text2text import KINDS
+
+    return kind in KINDS and folder_config(inside_job_folder(Path(path))).architecture == "encoder-decoder"
+
+
+def check_head(path, info: dict, kind: str, where: str) -> None:
+    """Refuse a model folder whose config.json gives its model no head of `kind`'s task (a backbone never
+    fine-tuned, a task.json set beside another model) before its weights are read: the loaded task would
+    be refused after (its head freshly drawn, its scores a random head's). fine_tuned_task and the server
+    (serve/models.py load_served) make it; a task read by the LM head (text-to-text too) is not checked."""
+    head = task_class(kind).head
+    heads = None if path is None or head == "lm" else saved_heads(path)
+    if heads is None or head in heads or info.get("text_to_text") or _text_to_text(path, kind):
+        return
+    config = inside_job_folder(Path(path)) / "config.json"
+    if info.get("kind") == kind:
+        raise CheckpointError(f"{config} gives the model no {head} head, where its {TASK_FILE} says {kind}")
+    # a CheckpointError as the other folder refusals, a ValueError: Reranker.load says it as no reranker
+    raise CheckpointError(f"{where} was never fine-tuned for {kind}: its config.json has no {head} head (no "
+                          f"{TASK_FILE} of that task), so its scores would be a random head's; fine-tune it "
+                          f"first (lmforge finetune --task {kind})")
 
 
 def saved_options(path, info: dict, kind: str, default_len: int) -> dict:

@@ -151,3 +151,27 @@ def test_a_cross_encoder_it_cannot_score_with_is_refused_before_its_weights_are_
     assert main(["serve", "--model", str(path), "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"lmforge serve: error: --model {path}: {refusal}") and err.count("\n") == 1
+
+
+def test_a_task_json_beside_a_model_without_its_head_is_refused_before_the_weights(tmp_path, monkeypatch):
+    """--model DIR whose task.json says rerank beside a model with no classification head read the whole
+    model to refuse it after; its config.json says so first, naming both files."""
+    import json
+    import re
+
+    import pytest
+
+    import lmforge.io.native
+    from lmforge.io import CheckpointError
+
+    def read(*args, **kwargs):
+        raise AssertionError("the weights were read")
+
+    tokenizer = train_tokenizer(TEXTS, "wordpiece", 120, family="bert")
+    lmforge.build(lmforge.tiny("bert-base", vocab_size=tokenizer.vocab_size)).save(tmp_path)
+    tokenizer.save(tmp_path)
+    (tmp_path / "task.json").write_text(json.dumps({"kind": "rerank"}))
+    monkeypatch.setattr(lmforge.io.native, "load_weights", read)
+    want = f"{tmp_path / 'config.json'} gives the model no classification head, where its task.json says"
+    with pytest.raises(CheckpointError, match=f"^{re.escape(want)} rerank$"):
+        load_served("odd", tmp_path)

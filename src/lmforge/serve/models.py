@@ -31,7 +31,7 @@ from lmforge.io.native import read_meta
 from lmforge.io.resolve import find_model_dir
 from lmforge.tasks.base import Task
 from lmforge.tasks.finetune import TaskConfig, make_task, task_info
-from lmforge.tasks.reference import check_scored, default_labels, saved_options
+from lmforge.tasks.reference import check_head, check_scored, default_labels, saved_options
 from lmforge.tokenizer import Tokenizer, load_tokenizer
 
 _WORD = re.compile(r"\S+")  # ELMo's tokens, as analysis/text_features.py splits them
@@ -175,8 +175,9 @@ def load_served(name: str, where: str | os.PathLike) -> ServedModel:
     if read_meta(path).get("config", {}).get("architecture") == "elmo":
         return load_words(name, path)
     info = served_task(path)
-    if info.get("kind"):  # a CrossEncoder's Tanh: refused before its weights are read (as fine_tuned_task)
-        check_scored(path, info, info["kind"])
+    if info.get("kind"):  # a CrossEncoder's Tanh, a task.json beside a model without its head: refused
+        check_scored(path, info, info["kind"])  # before the weights are read (as fine_tuned_task)
+        check_head(path, info, info["kind"], str(path))
     encoder = SentenceEncoder.from_dir(path)
     task = rebuild_task(path, encoder.model, encoder.tokenizer, info) if info.get("kind") else None
     encoder.model.eval()

@@ -134,6 +134,21 @@ def test_a_folder_that_is_no_reranker_is_refused_naming_the_model_in_python_and_
             _check_rerank(type("Args", (), {"rerank": str(folder)}))
 
 
+def test_a_folder_that_is_no_reranker_is_refused_before_its_weights_are_read(tmp_path, monkeypatch):
+    """lmforge.rerank on a folder without task.json read its weights (a model of GBs) to refuse it after;
+    now its config.json (no classification head) says so first, in the same words."""
+    import lmforge.io.native
+
+    def read(*args, **kwargs):
+        raise AssertionError("the weights were read")
+
+    tiny("bert-base").save(tmp_path)
+    tokenizer("bert").save(tmp_path)
+    monkeypatch.setattr(lmforge.io.native, "load_weights", read)
+    with pytest.raises(OptionsError, match=re.escape(f"{tmp_path} is not a reranker (no task.json)")):
+        lmforge.rerank(tmp_path, QUERY, DOCS)
+
+
 @pytest.mark.parametrize("activation", [None, "torch.nn.modules.activation.Sigmoid",
                                         "torch.nn.modules.linear.Identity"])
 def test_scores_equal_a_cross_encoder_s_with_the_activation_its_config_names(tmp_path, activation):

@@ -2,6 +2,8 @@
 schedules that meet the budget within 2 %."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from lmforge import objectives
@@ -52,7 +54,7 @@ def test_electra_is_charged_for_generator_and_discriminator():
 def test_encoder_decoders_charge_encoder_and_decoder():
     cfg = get_config("t5-small", vocab_size=V)
     t5 = forward_flops(objectives.get("span-corruption"), cfg, T)
-    assert set(t5) == {"encoder", "decoder"} and t5["decoder"] > 0
+    assert set(t5) == {"encoder", "decoder", "lm_head"} and t5["decoder"] > 0
     half = forward_flops(objectives.get("span-corruption"), cfg, T, {"noise_density": 0.5})
     assert half["decoder"] > t5["decoder"]  # longer targets; T5's blocks make either input fill T
     assert half["encoder"] == pytest.approx(t5["encoder"], rel=0.01)
@@ -68,7 +70,7 @@ def test_span_corruption_matches_the_analytic_count_of_its_short_targets():
     cross_kv = L * 2 * d * d  # per input token
     got = forward_flops(objectives.get("span-corruption"), cfg, T)
     assert got["encoder"] == pytest.approx(2 * n_in * encoder, rel=1e-9)
-    assert got["decoder"] == pytest.approx(2 * (n_out * decoder + n_in * cross_kv), rel=1e-9)
+    assert got["decoder"] + got["lm_head"] == pytest.approx(2 * (n_out * decoder + n_in * cross_kv), rel=1e-9)
     # where inputs and targets are one length (BART), the decoder is charged as flops_per_token counts it
     from lmforge.pipelines.summary import flops_per_token
 
@@ -76,7 +78,7 @@ def test_span_corruption_matches_the_analytic_count_of_its_short_targets():
     whole = forward_flops(objectives.get("denoising"), bart, T)
     encoder_only = bart.replace(architecture="encoder", n_decoder_layers=None)
     encoder = flops_per_token(encoder_only, T, lm_head=False)
-    assert whole["decoder"] == pytest.approx(T * (flops_per_token(bart, T) - encoder))
+    assert whole["decoder"] + whole["lm_head"] == pytest.approx(T * (flops_per_token(bart, T) - encoder))
 
 
 def test_structbert_is_charged_for_its_word_and_sentence_order_heads():
@@ -251,3 +253,35 @@ def test_shares_out_of_range_are_refused(shares):
 
     with pytest.raises(ValueError, match=f"Shares.{next(iter(shares))}"):
         Shares(**shares)
+
+
+@pytest.mark.parametrize("micro_batch", [1, 8, 32])
+def test_an_encoder_decoders_vocabulary_projection_runs_on_its_real_targets_only(micro_batch):
+    """teacher_forced_loss projects the target's real tokens, not its padding: a prefix LM's continuation
+    + </s> (T / 2 + 1 on average) whatever its micro-batch is padded to (charged there, the t5 plan's
+    prefix-LM arm had been charged 19 % over at batch 32, 11 % in t5-gpu); the decoder runs on the padding."""
+    from lmforge.bakeoff.flops import head_flops, seq2seq_lengths
+    from lmforge.objectives.prefix_lm import EncoderDecoderPrefixLM
+
+    cfg = get_config("t5-small", vocab_size=V)
+    targets = [len(EncoderDecoderPrefixLM.corrupt(SimpleNamespace(eos_id=1), {"input_ids": list(range(T))},
+                                                  _at(P))["labels"]) for P in range(1, T)]
+    got = forward_flops(objectives.get("prefix-lm"), cfg, T, micro_batch=micro_batch)
+    assert got["lm_head"] == pytest.approx(sum(targets) / len(targets) * head_flops(cfg, T))
+    padded = seq2seq_lengths(None, {}, T, micro_batch)[1]
+    assert padded >= sum(targets) / len(targets)  # the decoder's length, not the projection's
+
+
+def test_a_denoiser_is_charged_at_its_examples_shares():
+    """BART's examples are a document's sentences, often short of T: the encoder and decoder run on the
+    padded length (Shares.padded), the vocabulary projection on the real target tokens (Shares.tokens)."""
+    from lmforge.bakeoff.flops import Shares, reads_shares
+    from lmforge.pipelines.summary import flops_per_token
+
+    cfg, spec = get_config("bart-base", vocab_size=V), objectives.get("denoising")
+    assert reads_shares(spec) and reads_shares(objectives.get("t5-bert-style"))
+    full = forward_flops(spec, cfg, T)
+    short = forward_flops(spec, cfg, T, shares=Shares(padded=0.5, tokens=0.25))
+    assert short["lm_head"] == pytest.approx(full["lm_head"] / 4)
+    encoder_only = cfg.replace(architecture="encoder", n_decoder_layers=None)
+    assert short["encoder"] == pytest.approx(T / 2 * flops_per_token(encoder_only, T // 2, lm_head=False))

@@ -11,7 +11,7 @@ from lmforge.objectives.base import IGNORE
 
 T, B = 32, 8
 SMALL = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_seq_len": 64}
-KINDS = {"bert": "wordpiece", "t5": "unigram", "gpt2": "bpe"}
+KINDS = {"bert": "wordpiece", "t5": "unigram", "gpt2": "bpe", "roberta": "bpe"}
 # tied; untied (an encoder's transform d -> E first); untied without a transform at E = 16 != d_model, where
 # the decoder (and SpanBERT's SBO, which shares it) reads d_model: the count had charged E
 TYINGS = {"tied": {}, "untied": {"tie_embeddings": False},
@@ -20,7 +20,10 @@ MASKED = ("mlm", "wwm", "nsp", "sop", "span", "span-mlm", "structural")
 CASES = [*((name, "bert-tiny", {}) for name in MASKED),
          ("rtd", "bert-tiny", {"ratio": 0.5}), ("replace-mlm", "electra-small", {"ratio": 0.5}),
          ("all-tokens-mlm", "electra-small", {"ratio": 0.5}), ("clm", "gpt2", {}),
-         *((name, "t5-small", {}) for name in ("span-corruption", "t5-bert-style", "t5-deshuffling"))]
+         *((name, "t5-small", {}) for name in ("span-corruption", "t5-bert-style", "t5-deshuffling")),
+         # BART's documents, shorter than T: a noise that keeps their length (infilling's shorter inputs are
+         # charged at the text's length, an upper bound)
+         ("denoising", "bart-base", {"noises": ["sentence-permutation"]})]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,7 @@ def test_a_training_steps_count_is_what_torch_measures(corpus, name, preset, opt
     """Exact but for float rounding. Off before: untied without a transform at E != d_model, the vocabulary
     projection (and SBO) charged at E (here MLM 2 %, SpanBERT 5 %, All-Tokens MLM 11 %, causal LM 15 % under);
     a causal LM's vocabulary on T positions for T - 1 (1 % over); T5's decoder without its own E -> d
-    projection."""
+    projection; an encoder-decoder's vocabulary projection on padded targets (a denoiser's: on T)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from lmforge.data.stream import build_examples

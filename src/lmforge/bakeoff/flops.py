@@ -16,14 +16,16 @@ What each objective runs, per example of T = max_len tokens:
   MLM ablations the same generator, and the model's LM head on the selected positions (Replace MLM)
   or on every non-padding token with the copy gate (All-Tokens MLM);
 - encoder-decoders (T5 span corruption, prefix LM, BART denoising): the encoder on its input
-  tokens and the decoder, with the vocabulary projection, on its target tokens (self-attention over
-  the targets, cross-attention over the inputs, whose keys and values are projected once per input);
+  tokens and the decoder on its target tokens, padded (self-attention over the targets, cross-attention
+  over the inputs, whose keys and values are projected once per input), the vocabulary projection on the
+  real target tokens only (seq2seq.teacher_forced_loss);
 - causal LM: the decoder on T tokens, the vocabulary on the T - 1 that have a next token; a decoder's
   prefix LM: the decoder on T tokens, the vocabulary on the continuation only (T - P positions for a
   split point P uniform in [1, T - 1]: T / 2 on average), as PrefixLM computes it;
 - an encoder-decoder's prefix LM: the prefix (+ </s>) in, the continuation (+ </s>) out, each side padded
   to the longest of its micro-batch: the expected largest of `micro_batch` uniform split points
-  (padded_split), T / 2 + 1 a side for one example a micro-batch, near T + 1 for many;
+  (padded_split), T / 2 + 1 a side for one example a micro-batch, near T + 1 for many; its vocabulary
+  projection on the continuation's T / 2 + 1 tokens on average, whatever the micro-batch;
 
 What runs depends on the data where examples are shorter than T or hold special tokens: a micro-batch
 is padded to its longest example, every network runs on every padded position, and a masked LM selects
@@ -32,7 +34,8 @@ fixed sample of the arm's own examples) says what part of T each of these is; wi
 example is charged at the full T, padding included, every position maskable: an upper bound. With
 them a step's count is within about 1 % of what torch's FlopCounterMode measures on the arm's batches
 (SpanBERT's spans, which never touch a text's ends, fall a little short of `rate` in short texts: charged
-at `rate`). Decoders and encoder-decoders are charged as above at T (their blocks fill T).
+at `rate`). Decoders and the encoder-decoders' block objectives are charged as above at T (their blocks
+fill T); a denoiser (BART's documents) at its Shares too.
 """
 from __future__ import annotations
 
@@ -58,8 +61,10 @@ from lmforge.pipelines.summary import flops_per_token, projection_width
 # (and its results) stamped under another revision runs again (bakeoff/fingerprint.py); 2: the heads and
 # networks charged on the positions they run on (Shares), span corruption and prefix LM as written; 3: the
 # vocabulary projection (and SBO) at the width it reads (d_model for an untied decoder without a transform),
-# an encoder-decoder's decoder's own E -> d projection, a causal LM's vocabulary on T - 1 positions
-COUNTING = 3
+# an encoder-decoder's decoder's own E -> d projection, a causal LM's vocabulary on T - 1 positions; 4: an
+# encoder-decoder's vocabulary on its real target tokens (a prefix LM's T / 2 + 1, not its padded side), a
+# denoiser at its Shares
+COUNTING = 4
 
 BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
 TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget
@@ -76,7 +81,7 @@ class Shares:
     an arm's examples (bakeoff/sample.py); 1 each (the default): every position, an upper bound."""
 
     padded: float = 1.0  # the length a micro-batch is padded to (expected): where the networks run
-    tokens: float = 1.0  # non-padding tokens: All-Tokens MLM's vocabulary projection and copy gate
+    tokens: float = 1.0  # non-padding tokens: All-Tokens MLM's and a denoiser's vocabulary projection
     maskable: float = 1.0  # non-special, non-padding tokens: what a masked LM selects `rate` of
 
     def __post_init__(self) -> None:
@@ -151,16 +156,17 @@ def padded_split(T: int, micro_batch: int = 1) -> float:
     return expected_longest(range(1, max(int(T) - 1, 1) + 1), micro_batch)
 
 
-def seq2seq_lengths(cls, options: dict, T: int, micro_batch: int = 1) -> tuple:
-    """(encoder tokens, decoder tokens) of an encoder-decoder objective's example of T tokens.
+def seq2seq_lengths(cls, options: dict, T: int, micro_batch: int = 1, shares: Shares | None = None) -> tuple:
+    """(encoder tokens, decoder tokens) of an encoder-decoder objective's example of T tokens, padded.
 
     T5's span corruption (Raffel et al. 2020, sec. 3.1.4) reads blocks of n raw tokens, n as T5's
     random_spans_helper sizes them so that the corrupted input fills T (568 for 512: block_length); it
     keeps n - k tokens plus one sentinel per span and </s>; the target is the k dropped tokens plus the
     sentinels, the final sentinel (final_sentinel) and </s>: k and the spans rounded as the objective
     rounds them (noise_counts; 512: 512 in, 115 out). A prefix LM splits at a uniform point, each side
-    + </s> and padded to the longest of its micro-batch (padded_split); a denoiser reads and writes the
-    whole text."""
+    + </s> and padded to the longest of its micro-batch (padded_split); a denoiser reads and writes its
+    example, padded to its micro-batch's longest (shares.padded: T for blocks; BART's documents are shorter),
+    the input charged at the text's length though its noise may shorten it (infilling): an upper bound."""
     cls = cls if isinstance(cls, type) else type(None)
     if issubclass(cls, SpanCorruption):
         n = block_length(int(T), options)
@@ -169,32 +175,48 @@ def seq2seq_lengths(cls, options: dict, T: int, micro_batch: int = 1) -> tuple:
         final = 1 if options.get("final_sentinel", True) else 0
         return n - noise + spans + 1, noise + spans + final + 1
     if issubclass(cls, Denoising):
-        return T, T
+        return ((shares or Shares()).padded * T,) * 2
     side = padded_split(T, micro_batch) + 1
     return side, side
 
 
-def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int, micro_batch: int) -> dict:
+def _predicted(cls, options: dict, T: int, shares: Shares) -> float:
+    """Target tokens of an example the vocabulary projection runs on: the real ones, not the padding
+    (teacher_forced_loss): span corruption's (one length), a denoiser's text, a prefix LM's continuation
+    + </s> (T / 2 + 1 on average, where its micro-batch is padded to near T + 1)."""
+    if isinstance(cls, type) and issubclass(cls, SpanCorruption):
+        return seq2seq_lengths(cls, options, T)[1]
+    if isinstance(cls, type) and issubclass(cls, Denoising):
+        return shares.tokens * T
+    return padded_split(T) + 1
+
+
+def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int, micro_batch: int, shares: Shares) -> dict:
     """The encoder on n_in tokens; the decoder on n_out, its self-attention over the n_out targets, its
-    cross-attention over the n_in inputs, whose keys and values are projected once per input token."""
-    n_in, n_out = seq2seq_lengths(cls, options, T, micro_batch)
+    cross-attention over the n_in inputs, whose keys and values are projected once per input token; the
+    vocabulary projection on the real target tokens (_predicted)."""
+    n_in, n_out = seq2seq_lengths(cls, options, T, micro_batch, shares)
     keys_in, keys_out = max(1, round(n_in)), max(1, round(n_out))
     encoder = flops_per_token(_encoder_config(cfg), keys_in, lm_head=False)
     # flops_per_token charges a decoder token's self- and cross-attention over the same `context`, and
     # cross-attention's k, v projections per decoder token: right where n_in == n_out (BART, prefix LM),
     # not for T5's span corruption (targets a quarter of the input): counted at n_out, then mended
-    decoder = flops_per_token(cfg, keys_out, lm_head=True) - flops_per_token(_encoder_config(cfg), keys_out,
-                                                                            lm_head=False)
+    decoder = flops_per_token(cfg, keys_out, lm_head=False) - flops_per_token(_encoder_config(cfg), keys_out,
+                                                                             lm_head=False)
     q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     cross = 2 * cfg.decoder_layers * (n_out * 2 * (keys_in - keys_out) * q_dim  # scores, mixing: n_in keys
                                       + (n_in - n_out) * 2 * cfg.d_model * kv_dim)  # k, v of each input
-    return {"encoder": n_in * encoder, "decoder": n_out * decoder + cross}
+    return {"encoder": n_in * encoder, "decoder": n_out * decoder + cross,
+            "lm_head": _predicted(cls, options, T, shares) * head_flops(cfg, keys_out)}
+
+
+READS_SHARES = (MaskedLM, ReplacedTokenDetection, ElectraMLM, Denoising)  # masked LMs, ELECTRA's, denoisers
 
 
 def reads_shares(spec: ObjectiveSpec) -> bool:
-    """Whether forward_flops charges `spec` by the Shares of its examples (masked LMs, ELECTRA's)."""
+    """Whether forward_flops charges `spec` by the Shares of its examples (READS_SHARES' objectives)."""
     cls = getattr(spec.build, "__self__", None)
-    return isinstance(cls, type) and issubclass(cls, (MaskedLM, ReplacedTokenDetection, ElectraMLM))
+    return isinstance(cls, type) and issubclass(cls, READS_SHARES)
 
 
 def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict | None = None,
@@ -209,7 +231,7 @@ def forward_flops(spec: ObjectiveSpec, cfg: ModelConfig, T: int, options: dict |
     if isinstance(cls, type) and issubclass(cls, MaskedLM):
         return _masked_lm(cls, cfg, options, T, shares)
     if cfg.architecture == "encoder-decoder":
-        return _seq2seq(cls, cfg, options, T, micro_batch)
+        return _seq2seq(cls, cfg, options, T, micro_batch, shares)
     if cfg.architecture == "decoder":
         body = {"decoder": T * flops_per_token(cfg, T, lm_head=False)}
         if spec.build is build_prefix_lm:  # the vocabulary on the continuation only: T / 2 on average

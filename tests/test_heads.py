@@ -133,3 +133,18 @@ def test_attach_to_no_model_or_under_no_name_is_a_config_error_naming_it(model, 
     with pytest.raises(ConfigError) as caught:
         attach(built if model is True else model, kind, name=name)
     assert caught.value.field == field and not built.heads
+
+
+def test_an_elmo_that_inherits_tie_embeddings_gets_its_own_softmax_weights():
+    """bert-base's fields made an ELMo with tie_embeddings=True (ModelConfig's default): its LM head was an
+    AttributeError ('ELMo' object has no attribute 'tokens'); an ELMo has no token table to tie to."""
+    cfg = lmforge.tiny("bert-base", architecture="elmo", lstm_dim=64, char_embed_dim=8,
+                       char_filters=[[1, 8], [2, 8], [3, 16]])
+    assert cfg.tie_embeddings
+    model = lmforge.build(cfg).eval()
+    head = attach(model, "lm")
+    assert head.decoder.weight.shape == (99, 32) and "heads.lm.decoder.weight" in model.state_dict()
+    with torch.no_grad():
+        states = model(torch.randint(1, 262, (2, 4, cfg.max_characters_per_token))).forward_states[-1]
+        logits = head(states)
+    assert logits.shape == (2, 4, 99) and torch.isfinite(logits).all()

@@ -22,7 +22,7 @@ from lmforge.utils.errors import shown
 
 class LMHead(nn.Module):
     """Vocabulary logits; BERT's transform (dense, activation, norm) first where the family has it,
-    and the projection tied to the token table (Press & Wolf 2017) unless tie_embeddings=False."""
+    and the projection tied to the token table (Press & Wolf 2017) unless tie_embeddings=False or ELMo."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -33,7 +33,9 @@ class LMHead(nn.Module):
         self.act = ACTIVATIONS[cfg.lm_activation][0] if cfg.lm_activation else activation(cfg)
         self.norm = make_norm(cfg, E) if cfg.lm_transform else None
         self.logit_scale = cfg.d_model ** -0.5 if cfg.tied_logit_scale else 1.0
-        if cfg.tie_embeddings:
+        # an ELMo reads characters: no token table to tie to (a tie_embeddings it inherits from the default
+        # or another preset's fields has no effect: config/checks.py's kept_inert)
+        if cfg.tie_embeddings and cfg.architecture != "elmo":
             object.__setattr__(self, "tied", model.tokens)  # a reference, not a second parameter
             self.decoder = None
         else:

@@ -26,6 +26,7 @@ from lmforge.presets import ELMO_PRESETS, PRESETS, get_config, tiny, tiny_overri
     ("gpt2", dict(lm_activation="relu"), "lm_activation", "(lm_transform=True)"),
     ("elmo-small", dict(n_heads=2), "n_heads", "it is the Transformer's (architecture='encoder'"),
     ("elmo-small", dict(window=8), "window", "it is the Transformer's"),
+    ("elmo-small", dict(tie_embeddings=True), "tie_embeddings", "its softmax has no token table to tie to"),
 ])
 def test_an_override_of_no_effect_is_refused_naming_the_field_and_what_gives_it_one(preset, overrides,
                                                                                      field, said):
@@ -101,3 +102,13 @@ def test_from_overrides_refuses_what_is_not_a_mapping_naming_it(data, overrides,
         ModelConfig.from_overrides(data, overrides)
     assert err.value.field == field
     assert str(err.value).startswith(f"{field}: must be a mapping of model config fields, got list")
+
+
+def test_an_elmo_s_tie_embeddings_is_of_no_effect_and_kept_as_runs_recorded_it():
+    """ELMo's presets untie (False), ModelConfig's default ties: False is taken as the value of no effect
+    (True refused, above), and canonical() keeps either, so no ELMo run's recorded identity changes."""
+    assert get_config("elmo-small", tie_embeddings=False).tie_embeddings is False
+    assert "tie_embeddings" in get_config("elmo-small").inert_fields()
+    assert "tie_embeddings" not in get_config("bert-base").inert_fields()
+    assert get_config("elmo-small").canonical().tie_embeddings is False  # reset to True, runs' would differ
+    assert get_config("bert-base", architecture="elmo").canonical().tie_embeddings is True

@@ -290,9 +290,14 @@ def layout_inert(cfg) -> dict:
     return inert
 
 
+# a field of no effect at the value the model acts as if it had, where that is not the field's default:
+# refuse_inert takes it as not set (tie_embeddings=False, what an ELMo's softmax is, whatever the field says)
+NOT_SET = {"elmo": {"tie_embeddings": False}}
+
+
 def kept_inert(cfg) -> dict:
     """Fields of no effect that canonical() keeps as given, its results (runs' recorded identities) being
-    older than their rule: dilation without a dilated layer; on an ELMo, the Transformer's fields."""
+    older than their rule: dilation without a dilated layer; on an ELMo, the Transformer's, tie_embeddings."""
     inert = {}
     if "dilated" not in pattern_set(cfg):  # layers/patterns.py: only dilated() reads it
         inert["dilation"] = "no layer's attention is dilated (attention='dilated')"
@@ -302,6 +307,10 @@ def kept_inert(cfg) -> dict:
              *LLAMA3_FIELDS, "rotary_scaling_factor", *RELATIVE_FIELDS]
     if not cfg.lm_transform:  # else the LM head's activation (lm_activation null: ffn's)
         names.append("ffn")
+    # heads.LMHead unties an ELMo's softmax; kept, as reset to the default (True) it would change the identity
+    # of every ELMo run (its presets record False)
+    inert["tie_embeddings"] = ("ELMo reads characters: its softmax has no token table to tie to "
+                               "(architecture='encoder', 'decoder' or 'encoder-decoder')")
     return {**inert, **dict.fromkeys(names, "it is the Transformer's (architecture='encoder', 'decoder' or "
                                             "'encoder-decoder')")}
 
@@ -313,8 +322,9 @@ def inert_fields(cfg) -> dict:
 
 def refuse_inert(cfg, names) -> None:
     """A ConfigError naming the first of `names` (fields a caller set explicitly) of no effect on the model
-    `cfg` describes at a value other than its default: an override that would silently do nothing."""
+    `cfg` describes at a value other than its default (or NOT_SET's): an override that would do nothing."""
     inert, defaults = inert_fields(cfg), {f.name: f.default for f in dataclasses.fields(cfg)}
+    defaults.update(NOT_SET.get(cfg.architecture, {}))  # tie_embeddings=True on an ELMo: a request refused
     for name in names:
         value = getattr(cfg, name, None)
         if name in inert and value != defaults[name]:

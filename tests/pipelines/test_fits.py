@@ -23,9 +23,9 @@ def big_tokenizer():
     return tokenizer
 
 
-def _model_dir(path, preset, vocab_size, tokenizer):
+def _model_dir(path, preset, vocab_size, tokenizer, head="lm", **args):
     model = lmforge.build(lmforge.tiny(preset), vocab_size=vocab_size).eval()
-    attach(model, "lm")
+    attach(model, head, **args)
     model.save(path)
     tokenizer.save(path)
     return path
@@ -76,7 +76,8 @@ def test_embed_refuses_a_tokenizer_too_big_for_the_model(tmp_path, big_tokenizer
 
 
 def test_evaluate_refuses_a_tokenizer_too_big_for_the_model(tmp_path, big_tokenizer, capsys):
-    path = _model_dir(tmp_path / "m", "bert-base", 400, big_tokenizer)
+    # a classifier's folder: one without a cls head is refused before its tokenizer is read (check_head)
+    path = _model_dir(tmp_path / "m", "bert-base", 400, big_tokenizer, "classification", n_labels=2)
     data = tmp_path / "d.csv"
     data.write_text("text,label\ngood film,pos\nbad film,neg\n")
     assert_refused(capsys, ["evaluate", "--model", str(path), "--task", "cls", "--data", str(data)])

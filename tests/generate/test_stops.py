@@ -116,3 +116,17 @@ def test_a_long_text_stops_where_its_whole_decoding_first_holds_a_stop_string(fa
     kept = tail.joined.ids
     assert kept == ids[:len(kept)] and stop in continuation(tok, prompt, kept)
     assert stop not in continuation(tok, prompt, kept[:-1])  # no step after the stop's
+
+
+@pytest.mark.parametrize("prompts, each, field", [(2, 1, "input_ids"), (1, 2, "num_return_sequences")])
+def test_generate_until_stop_refuses_more_than_one_text(decoder, prompts, each, field):
+    """One prompt, one text: every path read row 0 alone, so a second prompt or sequence was dropped unsaid
+    (the stop-free and beam paths too, where no StopRows counts the rows)."""
+    model, tok = decoder
+    ids = torch.tensor([tok.encode("the cat", add_special_tokens=False).ids] * prompts)
+    for beams in (1, 2):
+        options = GenerationOptions(max_new_tokens=2, num_beams=beams, num_return_sequences=each,
+                                    do_sample=each > beams)
+        with pytest.raises(OptionsError, match="one prompt into one text") as err:
+            generate_until_stop(model, ids, TextTail(tok), options=options)
+        assert err.value.field == field

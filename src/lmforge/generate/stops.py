@@ -13,6 +13,7 @@ from collections.abc import Callable
 from lmforge.generate import _generate, generate
 from lmforge.generate.options import GenerationOptions
 from lmforge.generate.stop_rows import StopRows, until_eos
+from lmforge.utils.errors import OptionsError
 from lmforge.generate.stop_rule import (EMPTY, MAX_STOP, MAX_STOP_CHARS, StopLimitError, TextTail,
                                         check_stops, held)
 
@@ -27,14 +28,19 @@ def generate_until_stop(model, input_ids, tail: TextTail, *, options: Generation
     `tail.stopped` whether a stop string ended it. Greedy and sampling end at the step one appears, and
     `show(text, token_ids)` receives each step's text newly safe to show, then the rest (`tail` is the one
     row lmforge.generate's StopRows seeks, so the two end alike); beam search's best hypothesis is cut."""
+    rows = input_ids.shape[0] * options.num_return_sequences  # every path below reads row 0 alone
+    if rows != 1:
+        raise OptionsError(f"generate_until_stop continues one prompt into one text: {input_ids.shape[0]} "
+                           f"prompts x {options.num_return_sequences} sequences each",
+                           "input_ids" if input_ids.shape[0] != 1 else "num_return_sequences")
     start = 1 if model.config.architecture == "encoder-decoder" else input_ids.shape[1]
     if options.num_beams > 1:  # cut at options' stop id, which a StopRows would take from the model config
         out = generate(model, input_ids, options=options, **call)
         return tail.feed(until_eos(out[0, start:].tolist(), options.eos_token_id))
     if show is None and not tail.stops:  # nothing to seek or show at each step: the text decoded once
         return tail.feed(generate(model, input_ids, options=options, **call)[0, start:].tolist())
-    rows = StopRows([tail], show)
-    new = _generate(model, input_ids, None, rows.for_call, options=options, **call)[0, start:].tolist()
+    one = StopRows([tail], show)
+    new = _generate(model, input_ids, None, one.for_call, options=options, **call)[0, start:].tolist()
     if show is not None and tail.rest():
         show(tail.rest(), [])
     return new

@@ -10,6 +10,7 @@ import lmforge
 from lmforge.config.options import OptionsError
 from lmforge.generate import stop_rule
 from lmforge.generate.options import GenerationOptions
+from lmforge.generate.stop_rows import StopRows
 from lmforge.generate.stops import MAX_STOP, StopLimitError, TextTail, generate_until_stop
 from lmforge.generate.text import continuation
 from lmforge.heads import attach
@@ -122,8 +123,6 @@ def test_bad_stop_strings_are_refused_naming_the_argument(decoder, call, field):
 def test_a_streamed_prompt_ends_and_is_shown_by_generate_s_own_stop_rows(decoder, monkeypatch, stopped):
     """generate_until_stop's streamed steps are lmforge.generate(stop_strings=)'s: its TextTail is the one
     row StopRows seeks and shows (it raised StopText from a streamer of its own, a second way to end)."""
-    from lmforge.generate.stop_rows import StopRows
-
     model, tok = decoder
     prompt, settings = _prompt(tok, "the cat"), {"max_new_tokens": 16}
     stops = (_stop_in(model, tok, prompt, 6, **settings),) if stopped else ()
@@ -139,8 +138,6 @@ def test_a_streamed_prompt_ends_and_is_shown_by_generate_s_own_stop_rows(decoder
 def test_a_stop_rows_is_no_public_stop_strings(decoder):
     """stop_strings is a str or a list: a StopRows (generate_until_stop's tail) has a private route now, so
     the public argument refuses it naming stop_strings, as it refuses any other kind."""
-    from lmforge.generate.stop_rows import StopRows
-
     model, tok = decoder
     rows = StopRows([TextTail(tok, ("x",), [])])
     with pytest.raises(OptionsError, match="a str or a list of str, got StopRows") as err:
@@ -148,24 +145,24 @@ def test_a_stop_rows_is_no_public_stop_strings(decoder):
     assert err.value.field == "stop_strings"
 
 
-def test_generate_until_stop_s_one_tail_for_more_returned_rows_is_refused(decoder):
-    """zip paired the first tails only and the (1,) result broadcast: every row ended with the first. One
-    prompt's TextTail seeks one row, so more returned sequences are refused naming num_return_sequences."""
-    model, tok = decoder
+def test_stop_rows_for_call_of_one_tail_for_more_returned_rows_is_refused(decoder):
+    """zip paired the first tails only and the (1,) result broadcast: every row ended with the first. A
+    StopRows seeks one row a tail, so a call returning more rows is refused naming what makes them."""
+    tok = decoder[1]
+    rows = StopRows([TextTail(tok, ("x",), _prompt(tok, "the cat"))])
+    ids = torch.tensor([_prompt(tok, "the cat")])
     options = GenerationOptions(max_new_tokens=2, do_sample=True, num_return_sequences=2, pad_token_id=PAD)
-    tail = TextTail(tok, ("x",), _prompt(tok, "the cat"))
-    with pytest.raises(OptionsError, match="1 prompts x 2 sequences each are 2 rows for a StopRows of 1") \
-            as refused:
-        generate_until_stop(model, torch.tensor([_prompt(tok, "the cat")]), tail, options=options)
-    assert refused.value.field == "num_return_sequences"
+    for prompts, each, field in ((ids, options, "num_return_sequences"),
+                                 (ids.repeat(2, 1), GenerationOptions(pad_token_id=PAD), "input_ids")):
+        with pytest.raises(OptionsError, match="rows for a StopRows of 1") as refused:
+            rows.for_call(prompts, torch.ones_like(prompts), each, PAD, False)
+        assert refused.value.field == field
 
 
 def test_stop_rows_for_call_of_more_rows_without_a_pad_token_is_refused(decoder):
     """StopRows.for_call (a public method) skipped stop_rows' pad rule: two rows and no pad id went on, a
     row that ended first unpadded (_Finished pads none), unsaid. Refused as stop_rows refuses it; one row is
     not."""
-    from lmforge.generate.stop_rows import StopRows
-
     tok = decoder[1]
     rows = StopRows([TextTail(tok, ("x",), []), TextTail(tok, ("x",), [])])
     ids, greedy = torch.tensor([[5, 6], [7, 8]]), GenerationOptions(max_new_tokens=2)

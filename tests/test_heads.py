@@ -148,3 +148,28 @@ def test_an_elmo_that_inherits_tie_embeddings_gets_its_own_softmax_weights():
         states = model(torch.randint(1, 262, (2, 4, cfg.max_characters_per_token))).forward_states[-1]
         logits = head(states)
     assert logits.shape == (2, 4, 99) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_t5_s_lm_head_scales_its_features_by_d_model_to_the_minus_half_tied_or_not(tied):
+    """The reference's rule (T5ForConditionalGeneration, scale_decoder_outputs): the decoder's output times
+    d_model**-0.5 before lm_head, whether lm_head is the token table or a checkpoint's own matrix."""
+    model = _model("t5-small", tie_embeddings=tied)
+    head = attach(model, "lm")
+    weight = model.tokens.weight if tied else head.decoder.weight
+    assert (head.decoder is None) == tied
+    hidden = torch.randn(3, 32)
+    torch.testing.assert_close(head(hidden), (hidden * 32 ** -0.5) @ weight.T)
+
+
+def test_an_elmo_that_inherits_t5_s_logit_scale_computes_the_logits_its_sampled_softmax_does():
+    """T5's fields made an ELMo with tied_logit_scale=True: its full softmax (evaluation) scaled the states
+    while its sampled one (objectives/bilm.py, training) reads projection() unscaled."""
+    cfg = lmforge.tiny("t5-small", architecture="elmo", lstm_dim=64, char_embed_dim=8,
+                       char_filters=[[1, 8], [2, 8], [3, 16]])
+    assert cfg.tied_logit_scale
+    model = lmforge.build(cfg).eval()
+    head = attach(model, "lm")
+    with torch.no_grad():
+        states = model(torch.randint(1, 262, (2, 4, cfg.max_characters_per_token))).forward_states[-1]
+        torch.testing.assert_close(head(states), torch.nn.functional.linear(states, *head.projection()))

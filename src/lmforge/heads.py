@@ -32,10 +32,14 @@ class LMHead(nn.Module):
         self.transform = nn.Linear(cfg.d_model, E) if cfg.lm_transform else None
         self.act = ACTIVATIONS[cfg.lm_activation][0] if cfg.lm_activation else activation(cfg)
         self.norm = make_norm(cfg, E) if cfg.lm_transform else None
-        self.logit_scale = cfg.d_model ** -0.5 if cfg.tied_logit_scale else 1.0
+        elmo = cfg.architecture == "elmo"
+        # the one place the scale is applied, tied or not: the reference scales by its scale_decoder_outputs
+        # alone, a checkpoint's own lm_head too. Not on an ELMo (kept_inert): its sampled softmax reads
+        # projection() without features(), so a scale would part its training logits from its evaluation's
+        self.logit_scale = cfg.d_model ** -0.5 if cfg.tied_logit_scale and not elmo else 1.0
         # an ELMo reads characters: no token table to tie to (a tie_embeddings it inherits from the default
         # or another preset's fields has no effect: config/checks.py's kept_inert)
-        if cfg.tie_embeddings and cfg.architecture != "elmo":
+        if cfg.tie_embeddings and not elmo:
             object.__setattr__(self, "tied", model.tokens)  # a reference, not a second parameter
             self.decoder = None
         else:

@@ -27,6 +27,7 @@ from lmforge.presets import ELMO_PRESETS, PRESETS, get_config, tiny, tiny_overri
     ("elmo-small", dict(n_heads=2), "n_heads", "it is the Transformer's (architecture='encoder'"),
     ("elmo-small", dict(window=8), "window", "it is the Transformer's"),
     ("elmo-small", dict(tie_embeddings=True), "tie_embeddings", "its softmax has no token table to tie to"),
+    ("elmo-small", dict(tied_logit_scale=True), "tied_logit_scale", "ELMo's softmax has no logit scale"),
 ])
 def test_an_override_of_no_effect_is_refused_naming_the_field_and_what_gives_it_one(preset, overrides,
                                                                                      field, said):
@@ -112,3 +113,13 @@ def test_an_elmo_s_tie_embeddings_is_of_no_effect_and_kept_as_runs_recorded_it()
     assert "tie_embeddings" not in get_config("bert-base").inert_fields()
     assert get_config("elmo-small").canonical().tie_embeddings is False  # reset to True, runs' would differ
     assert get_config("bert-base", architecture="elmo").canonical().tie_embeddings is True
+
+
+def test_tied_logit_scale_is_of_no_effect_on_an_elmo_alone_and_kept_as_runs_recorded_it():
+    """The reference scales by scale_decoder_outputs whether or not its lm_head is the table, so an untied
+    T5 takes the field; an ELMo's softmax has no scale (False taken), and canonical() keeps its T5 value."""
+    assert get_config("t5-small", tie_embeddings=False, tied_logit_scale=True).tied_logit_scale is True
+    assert "tied_logit_scale" not in get_config("t5-small", tie_embeddings=False).inert_fields()
+    assert get_config("elmo-small", tied_logit_scale=False).tied_logit_scale is False
+    assert "tied_logit_scale" in get_config("elmo-small").inert_fields()
+    assert get_config("t5-small", architecture="elmo").canonical().tied_logit_scale is True

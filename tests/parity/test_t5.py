@@ -159,3 +159,13 @@ def test_stored_stack_tables_equal_to_shared_load(tmp_path):
     with torch.no_grad():
         theirs = reference(ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
         assert_parity(lmforge.load(tmp_path)(ids, mask, decoder_input_ids=decoder_ids).logits, theirs)
+
+
+def test_a_checkpoint_s_own_lm_head_is_scaled_as_its_config_says(tmp_path):
+    """scale_decoder_outputs=True with a stored lm_head that differs from shared: the reference unties
+    it and still scales the decoder's output; lmforge loads it untied with tied_logit_scale, as scaled."""
+    reference = _reference(V10)
+    reference.lm_head.weight = torch.nn.Parameter(torch.randn(99, 32))
+    model = load_reference(reference, tmp_path)
+    assert not model.config.tie_embeddings and model.config.tied_logit_scale
+    assert_seq2seq_parity(model, reference, *_batch())

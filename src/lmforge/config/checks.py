@@ -297,7 +297,8 @@ NOT_SET = {"elmo": {"tie_embeddings": False}}
 
 def kept_inert(cfg) -> dict:
     """Fields of no effect that canonical() keeps as given, its results (runs' recorded identities) being
-    older than their rule: dilation without a dilated layer; on an ELMo, the Transformer's, tie_embeddings."""
+    older than their rule: dilation without a dilated layer; on an ELMo, the Transformer's, tie_embeddings,
+    tied_logit_scale."""
     inert = {}
     if "dilated" not in pattern_set(cfg):  # layers/patterns.py: only dilated() reads it
         inert["dilation"] = "no layer's attention is dilated (attention='dilated')"
@@ -311,6 +312,9 @@ def kept_inert(cfg) -> dict:
     # of every ELMo run (its presets record False)
     inert["tie_embeddings"] = ("ELMo reads characters: its softmax has no token table to tie to "
                                "(architecture='encoder', 'decoder' or 'encoder-decoder')")
+    # heads.LMHead scales no ELMo's softmax; kept, as an ELMo made from T5's fields records True
+    inert["tied_logit_scale"] = ("ELMo's softmax has no logit scale (architecture='encoder', 'decoder' or "
+                                 "'encoder-decoder')")
     return {**inert, **dict.fromkeys(names, "it is the Transformer's (architecture='encoder', 'decoder' or "
                                             "'encoder-decoder')")}
 

@@ -63,8 +63,8 @@ from lmforge.pipelines.summary import flops_per_token, projection_width
 # vocabulary projection (and SBO) at the width it reads (d_model for an untied decoder without a transform),
 # an encoder-decoder's decoder's own E -> d projection, a causal LM's vocabulary on T - 1 positions; 4: an
 # encoder-decoder's vocabulary on its real target tokens (a prefix LM's T / 2 + 1, not its padded side), a
-# denoiser at its Shares
-COUNTING = 4
+# denoiser at its Shares; 5: T5's denoisers' Shares with the </s> they append (ExampleFormat.reserve)
+COUNTING = 5
 
 BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
 TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget

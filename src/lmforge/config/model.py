@@ -148,7 +148,8 @@ class ModelConfig:
     # LM head (heads.py reads these so a preset describes its family's head)
     lm_transform: bool = option(True, "LM head: BERT's dense + activation + norm before the projection")
     lm_bias: bool = option(True, "LM head: a bias on the vocabulary projection")
-    tied_logit_scale: bool = option(False, "LM head: logits x d_model**-0.5 before a tied projection (T5)")
+    tied_logit_scale: bool = option(False, "LM head: states x d_model**-0.5 before the projection, tied or "
+                                    "not (T5's scale_decoder_outputs)")
     lm_activation: Optional[str] = option(None, "LM head transform's activation: "
                                           f"{' | '.join(LM_ACTIVATIONS)}; null: ffn's",
                                           choices=LM_ACTIVATIONS)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from lmforge.config import ConfigError
+from lmforge.config.checks import validate_lm_head
 from lmforge.config.model import MAX_VOCAB
 from lmforge.config.options import checked_argument, refuse_unknown
 from lmforge.layers.feedforward import ACTIVATIONS, FeedForward, activation
@@ -40,6 +41,9 @@ class LMHead(nn.Module):
         # an ELMo reads characters: no token table to tie to (a tie_embeddings it inherits from the default
         # or another preset's fields has no effect: config/checks.py's kept_inert)
         if cfg.tie_embeddings and not elmo:
+            # here, not at the config: a model without an LM head (a classifier, ELECTRA's discriminator, its
+            # generator taking the transform) reads no tied table, whatever its widths
+            validate_lm_head(cfg)
             object.__setattr__(self, "tied", model.tokens)  # a reference, not a second parameter
             self.decoder = None
         else:

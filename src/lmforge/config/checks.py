@@ -1,8 +1,8 @@
 """ModelConfig's rules that read a few fields each (config/model.py calls them): the error type, windows,
-rotary scaling, pruned heads, FFN sizes, quantization, attention patterns, the tied LM head's width, and
-which fields have no effect (inert_fields) so an override of one is refused (refuse_inert). Each field's
-type, bounds and choices are its declaration's (check_options). No import of config/model.py, which
-imports this."""
+rotary scaling, pruned heads, FFN sizes, quantization, attention patterns, the tied LM head's width (heads.py
+calls that one), and which fields have no effect (inert_fields) so an override of one is refused
+(refuse_inert). Each field's type, bounds and choices are its declaration's (check_options). No import of
+config/model.py, which imports this."""
 from __future__ import annotations
 
 import dataclasses
@@ -67,9 +67,10 @@ def validate_pruned(cfg) -> None:
 
 def validate_lm_head(cfg) -> None:
     """A tied LM head reads features as wide as the token table: with a factorised embedding (E != d_model)
-    only its transform (dense d_model -> E, ALBERT's and ELECTRA's generator's) makes them so."""
+    only its transform (dense d_model -> E, ALBERT's and ELECTRA's generator's) makes them so. heads.LMHead
+    calls it: a model of such a config without an LM head (a classifier, an RTD discriminator) is valid."""
     if cfg.tie_embeddings and not cfg.lm_transform and cfg.embed_dim != cfg.d_model:
-        # else accepted here and a shape mismatch inside the head's matmul at the first forward
+        # else a shape mismatch inside the head's matmul at the first forward
         raise ConfigError(f"tie_embeddings=True with d_embed={cfg.d_embed} != d_model={cfg.d_model} needs "
                           "lm_transform=True (it projects d_model -> E, as ALBERT's head); or set "
                           "tie_embeddings=False or d_embed=null", "tie_embeddings")

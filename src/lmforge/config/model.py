@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lmforge.config.checks import (MAX_WIDTH, ConfigError, inert_fields, layout_inert, refuse_inert,
-                                   validate_elmo, validate_ffn_sizes, validate_lm_head, validate_patterns,
-                                   validate_pruned, validate_quantization, validate_rotary_scaling)
+                                   validate_elmo, validate_ffn_sizes, validate_patterns, validate_pruned,
+                                   validate_quantization, validate_rotary_scaling)
 from lmforge.config.names import listed_at, refuse_unknown
 from lmforge.config.options import check_options, coerce, option
 from lmforge.utils import jsontext
@@ -355,7 +355,6 @@ def _validate(cfg: ModelConfig) -> None:
             raise ConfigError(f"{name}={token} is outside the vocabulary [0, {cfg.vocab_size})", name)
     if cfg.architecture != "elmo":  # a biLSTM has no heads: n_heads need not divide its d_model (nor be set)
         _validate_heads(cfg)
-        validate_lm_head(cfg)  # an ELMo has no token table (and no d_embed) to tie to
     validate_pruned(cfg)
     validate_ffn_sizes(cfg)
     validate_quantization(cfg)

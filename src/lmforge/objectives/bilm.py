@@ -79,6 +79,7 @@ class BiLM(Objective):
 
     name = "bilm"
     bounds = {"samples": within(0, integer=True)}  # 0: the full softmax; a negative one read as 0 unsaid
+    all_used = True  # the full and the sampled softmax both run the head's transform (features())
 
     def __init__(self, model, pad_id: int = 0, chars: list | None = None, samples: int = 0,
                  unk_id: int | None = None) -> None:
@@ -89,8 +90,6 @@ class BiLM(Objective):
         self.check_values({"samples": samples})
         self.softmax = model.heads["softmax"] if "softmax" in model.heads else make_head(model, "lm")
         self.samples, self.unk_id = samples, unk_id  # unk_id: the words an example may spell
-        # the sampled softmax reads the head's projection only: a transform before it would idle
-        self.all_used = not samples or getattr(self.softmax, "transform", None) is None
         L = model.config.max_characters_per_token
         # word id -> its characters (id 0..261 fit int16: a 793k-word vocabulary stays ~80 MB)
         self.char_table = torch.tensor(chars if chars is not None else [[0] * L], dtype=torch.int16)
@@ -159,16 +158,25 @@ class BiLM(Objective):
         return F.cross_entropy(self.softmax(hidden).float(), target)
 
     def _sampled(self, hidden: torch.Tensor, target: torch.Tensor, V: int) -> torch.Tensor:
-        weight, bias = self.softmax.projection()  # (V, d), (V,) or None
         negatives = draw_log_uniform(self.samples, V, hidden.device)  # (k,) shared by the batch
-        log_k = math.log(self.samples)
+        logits = self.sampled_logits(hidden, target, negatives).float()  # the true word is class 0
+        return F.cross_entropy(logits, torch.zeros_like(target))
+
+    def sampled_logits(self, hidden: torch.Tensor, target: torch.Tensor,
+                       negatives: torch.Tensor) -> torch.Tensor:
+        """(N, 1 + k) logits of (N, d) states over their (N,) targets then the (k,) negatives, each minus
+        log(k Q(w)), an accidental hit -inf: the full softmax's logits at those ids, corrected."""
+        # features(): the head's transform (lm_transform=True) as the full softmax applies it, else training
+        # scored other logits than evaluation (and d_embed != d_model failed on shapes); none: the states
+        hidden = self.softmax.features(hidden)  # (N, E)
+        weight, bias = self.softmax.projection()  # (V, E), (V,) or None
+        V, log_k = weight.shape[0], math.log(len(negatives))
         true = (hidden * weight[target]).sum(-1) - log_k - log_uniform(target, V)  # (N,)
         noise = hidden @ weight[negatives].T - log_k - log_uniform(negatives, V)  # (N, k)
         if bias is not None:
             true, noise = true + bias[target], noise + bias[negatives]
         noise = noise.masked_fill(negatives[None] == target[:, None], float("-inf"))  # accidental hits
-        logits = torch.cat([true[:, None], noise], dim=1).float()  # the true word is class 0
-        return F.cross_entropy(logits, torch.zeros_like(target))
+        return torch.cat([true[:, None], noise], dim=1)
 
     def heads(self) -> dict:
         """The shared softmax, saved with the model as its "softmax" head (kind "lm")."""

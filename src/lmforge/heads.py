@@ -35,8 +35,8 @@ class LMHead(nn.Module):
         self.norm = make_norm(cfg, E) if cfg.lm_transform else None
         elmo = cfg.architecture == "elmo"
         # the one place the scale is applied, tied or not: the reference scales by its scale_decoder_outputs
-        # alone, a checkpoint's own lm_head too. Not on an ELMo (kept_inert): its sampled softmax reads
-        # projection() without features(), so a scale would part its training logits from its evaluation's
+        # alone, a checkpoint's own lm_head too. Not on an ELMo, which no reference scales (kept_inert lists
+        # the field there, so an ELMo made from T5's fields keeps the softmax its presets train)
         self.logit_scale = cfg.d_model ** -0.5 if cfg.tied_logit_scale and not elmo else 1.0
         # an ELMo reads characters: no token table to tie to (a tie_embeddings it inherits from the default
         # or another preset's fields has no effect: config/checks.py's kept_inert)

@@ -15,7 +15,7 @@ What each objective runs, per example of T = max_len tokens:
   its RTD head (dense d -> d, score d -> 1) on each of them — ELECTRA is charged for both networks; its
   MLM ablations the same generator, and the model's LM head on the selected positions (Replace MLM)
   or on every non-padding token with the copy gate (All-Tokens MLM);
-- encoder-decoders (T5 span corruption, prefix LM, BART denoising): the encoder on its input
+- encoder-decoders (T5 span corruption and denoisers, prefix LM, BART denoising): the encoder on its input
   tokens and the decoder on its target tokens, padded (self-attention over the targets, cross-attention
   over the inputs, whose keys and values are projected once per input), the vocabulary projection on the
   real target tokens only (seq2seq.teacher_forced_loss);
@@ -34,8 +34,9 @@ fixed sample of the arm's own examples) says what part of T each of these is; wi
 example is charged at the full T, padding included, every position maskable: an upper bound. With
 them a step's count is within about 1 % of what torch's FlopCounterMode measures on the arm's batches
 (SpanBERT's spans, which never touch a text's ends, fall a little short of `rate` in short texts: charged
-at `rate`). Decoders and the encoder-decoders' block objectives are charged as above at T (their blocks
-fill T); a denoiser (BART's documents) at its Shares too.
+at `rate`). Decoders, span corruption and prefix LMs are charged as above at T (their blocks fill T); a
+denoiser at its Shares (BART's documents fall short of T; T5's BERT-style and deshuffling blocks, with the
+</s> they append, fill it).
 """
 from __future__ import annotations
 

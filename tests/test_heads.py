@@ -164,7 +164,7 @@ def test_t5_s_lm_head_scales_its_features_by_d_model_to_the_minus_half_tied_or_n
 
 def test_an_elmo_that_inherits_t5_s_logit_scale_computes_the_logits_its_sampled_softmax_does():
     """T5's fields made an ELMo with tied_logit_scale=True: its full softmax (evaluation) scaled the states
-    while its sampled one (objectives/bilm.py, training) reads projection() unscaled."""
+    by d_model**-0.5, which no ELMo preset's softmax does (the sampled one reads the same features())."""
     cfg = lmforge.tiny("t5-small", architecture="elmo", lstm_dim=64, char_embed_dim=8,
                        char_filters=[[1, 8], [2, 8], [3, 16]])
     assert cfg.tied_logit_scale

@@ -40,7 +40,6 @@ def test_each_way_the_refusal_names_runs_a_forward_through_the_lm_head(overrides
     assert logits.shape == (1, 3, cfg.vocab_size)
 
 
-
 @pytest.mark.parametrize("preset", ["gpt2", "xlnet-base"])
 def test_such_a_model_with_a_classifier_and_no_lm_head_is_valid(preset):
     """No LM head reads the tied table: a classifier of d_embed=16 (tie_embeddings as its preset has it)

@@ -38,10 +38,10 @@ def test_a_window_schedule_sets_each_layer_s_keys_in_the_flops_not_window():
     each = [cfg.replace(window_schedule=None, window=w) for w in (4, 16)]
     assert 2 * flops_per_token(cfg, 64) == flops_per_token(each[0], 64) + flops_per_token(each[1], 64)
     q_dim = cfg.n_heads * cfg.head_dim  # 2 FLOPs per multiply-add, for the scores and the mixing
-    assert flops_per_token(cfg, 64) - flops_per_token(each[0], 64) == 2 * 2 * (17 - 5) * q_dim
-    pruned = cfg.replace(pruned_heads={"decoder.1": [0]})  # a head of the window-16 layer: 17 keys
+    assert flops_per_token(cfg, 64) - flops_per_token(each[0], 64) == 2 * 2 * (16 - 4) * q_dim
+    pruned = cfg.replace(pruned_heads={"decoder.1": [0]})  # a head of the causal window-16 layer: 16 keys
     d, dh = cfg.d_model, cfg.head_dim
-    assert flops_per_token(cfg, 64) - flops_per_token(pruned, 64) == 2 * (4 * d * dh + 2 * 17 * dh)
+    assert flops_per_token(cfg, 64) - flops_per_token(pruned, 64) == 2 * (4 * d * dh + 2 * 16 * dh)
 
 
 def test_describe_names_the_parts():

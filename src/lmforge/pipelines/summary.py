@@ -9,6 +9,7 @@ and subtracted. A loaded model directory also gets its heads, and an int8 one it
 from __future__ import annotations
 
 from collections import Counter
+from fractions import Fraction
 
 import torch
 
@@ -39,16 +40,36 @@ def _window_counts(cfg: ModelConfig) -> dict:
 
 def _attended_keys(cfg: ModelConfig, pattern: str, context: int, window: int) -> int:
     """Keys each query attends to under `pattern` (of a layer whose window is `window`) at sequence
-    length `context`."""
+    length `context`, as layers/patterns.py's masks have it: a band of w keys before a token (causal) or
+    w // 2 each side (bidirectional), for a query away from the sequence's edges (as causality is not
+    discounted: Kaplan et al.)."""
+    causal = cfg.architecture == "decoder"  # an encoder-decoder's encoder: its decoder's are full
+    band = window if causal else 2 * (window // 2) + 1
     if pattern in ("sliding-window", "dilated"):
-        return min(context, window + 1)
-    if pattern == "longformer":
-        return min(context, window + 1 + cfg.n_global_tokens)
-    if pattern == "bigbird":
+        return min(context, band)
+    if pattern == "longformer":  # the band is bidirectional before any causality
+        return min(context, (window // 2 + 1 if causal else 2 * (window // 2) + 1) + cfg.n_global_tokens)
+    if pattern == "bigbird" and context > cfg.dense_max_len:  # shorter sequences attend fully
         return min(context, (3 + 2 + cfg.n_random_blocks) * cfg.block_size)
-    if pattern == "linformer":
-        return min(context, cfg.linformer_k)
+    if pattern == "linformer":  # keys projected along the sequence to k rows, whatever its length
+        return cfg.linformer_k
     return context
+
+
+def _extra_macs(cfg: ModelConfig, pattern: str, context: int, q_dim: int, kv_dim: int) -> Fraction:
+    """Multiply-adds per token of a self-attention of `pattern` (of q_dim query and kv_dim key/value
+    features) beside its q, k, v, output and attention over its keys: Linformer's key and value
+    projections along the sequence (k x T each), Longformer's global q, k, v projections (of every token)
+    and its global tokens' rows over every key, XLNet's relative position terms (W_r of the 2T - 1
+    distances, every query against each)."""
+    macs = Fraction(0)
+    if pattern == "linformer":
+        macs += 2 * cfg.linformer_k * kv_dim
+    if pattern == "longformer" and cfg.global_projections:
+        macs += cfg.d_model * (q_dim + 2 * kv_dim) + 2 * min(cfg.n_global_tokens, context) * q_dim
+    if cfg.position == "xl-relative":
+        macs += Fraction((2 * context - 1) * (cfg.d_model + context) * q_dim, context)
+    return macs
 
 
 def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool = True) -> int:
@@ -57,7 +78,8 @@ def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool 
 
     Counts every matrix multiply a token goes through: projections and feed-forward of each
     layer (shared ALBERT layers counted at every use), attention scores and mixing over the
-    keys the pattern lets it see, the embedding projection and the vocabulary projection.
+    keys the pattern lets it see (_attended_keys) and the pattern's or position scheme's own
+    multiplies (_extra_macs), the embedding projection and the vocabulary projection.
     An encoder-decoder counts one encoder and one decoder token (cross-attention included)."""
     context = cfg.max_seq_len if context is None else context
     if not isinstance(context, int) or context < 1:
@@ -66,7 +88,8 @@ def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool 
     q_dim, kv_dim = cfg.n_heads * dh, cfg.kv_heads * dh
     projections = d * q_dim + 2 * d * kv_dim + q_dim * d
     ffn = d * cfg.d_ff * (3 if cfg.ffn in GATED else 2)
-    macs = sum(n * (projections + ffn + 2 * _attended_keys(cfg, p, context, w) * q_dim)
+    macs = sum(n * (projections + ffn + 2 * _attended_keys(cfg, p, context, w) * q_dim
+                    + _extra_macs(cfg, p, context, q_dim, kv_dim))
                for (p, w), n in _window_counts(cfg).items())
     if cfg.architecture == "encoder-decoder":
         self_attn = projections + 2 * context * q_dim  # the decoder's self-attention is full
@@ -76,7 +99,7 @@ def flops_per_token(cfg: ModelConfig, context: int | None = None, lm_head: bool 
         macs += cfg.embed_dim * d * (2 if cfg.architecture == "encoder-decoder" else 1)
     if lm_head:
         macs += (d * cfg.embed_dim if cfg.lm_transform else 0) + projection_width(cfg) * cfg.vocab_size
-    return 2 * macs
+    return round(2 * macs)  # XLNet's position terms: a whole forward's, shared out over its tokens
 
 
 def projection_width(cfg: ModelConfig) -> int:
@@ -85,10 +108,10 @@ def projection_width(cfg: ModelConfig) -> int:
     return cfg.embed_dim if cfg.lm_transform or cfg.tie_embeddings else cfg.d_model
 
 
-def _pruned_macs(cfg: ModelConfig, context: int) -> int:
+def _pruned_macs(cfg: ModelConfig, context: int) -> Fraction:
     """Multiply-adds per token that pruned heads (cfg.pruned_heads) and FFN units (cfg.ffn_sizes) no
-    longer cost: a head's q, k, v and output columns and its scores and mixing; a unit's W1 (V) and
-    W2 weights."""
+    longer cost: a head's q, k, v and output columns, its scores and mixing and its share of the pattern's
+    own multiplies; a unit's W1 (V) and W2 weights."""
     d, dh = cfg.d_model, cfg.head_dim
     macs = sum((cfg.d_ff - n) * d * (3 if cfg.ffn in GATED else 2) for n in (cfg.ffn_sizes or {}).values())
     patterns = cfg.layer_patterns() if cfg.pruned_heads else []  # a list per layer: only when needed
@@ -98,7 +121,9 @@ def _pruned_macs(cfg: ModelConfig, context: int) -> int:
         if attention == "cross" or seq2seq_decoder:  # an encoder-decoder's decoder attends to every key
             keys = context
         else:
-            keys = _attended_keys(cfg, patterns[int(layer)], context, cfg.layer_window(int(layer)))
+            pattern = patterns[int(layer)]
+            keys = _attended_keys(cfg, pattern, context, cfg.layer_window(int(layer)))
+            macs += _extra_macs(cfg, pattern, context, len(heads) * dh, len(heads) * dh)  # MHA only
         macs += len(heads) * (4 * d * dh + 2 * keys * dh)
     return macs
 

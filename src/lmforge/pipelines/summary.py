@@ -38,7 +38,7 @@ def _window_counts(cfg: ModelConfig) -> dict:
     return {(pattern, cfg.window): n for pattern, n in pattern_counts(cfg).items()}
 
 
-def _attended_keys(cfg: ModelConfig, pattern: str, context: int, window: int) -> int:
+def _attended_keys(cfg: ModelConfig, pattern: str, context: int, window: int) -> int | Fraction:
     """Keys each query attends to under `pattern` (of a layer whose window is `window`) at sequence
     length `context`, as layers/patterns.py's masks have it: a band of w keys before a token (causal) or
     w // 2 each side (bidirectional), for a query away from the sequence's edges (as causality is not
@@ -49,11 +49,24 @@ def _attended_keys(cfg: ModelConfig, pattern: str, context: int, window: int) ->
         return min(context, band)
     if pattern == "longformer":  # the band is bidirectional before any causality
         return min(context, (window // 2 + 1 if causal else 2 * (window // 2) + 1) + cfg.n_global_tokens)
-    if pattern == "bigbird" and context > cfg.dense_max_len:  # shorter sequences attend fully
-        return min(context, (3 + 2 + cfg.n_random_blocks) * cfg.block_size)
+    if pattern == "bigbird":
+        return _bigbird_keys(cfg, context)
     if pattern == "linformer":  # keys projected along the sequence to k rows, whatever its length
         return cfg.linformer_k
     return context
+
+
+def _bigbird_keys(cfg: ModelConfig, context: int) -> Fraction:
+    """Keys a query sees in BigBird's mask (layers/patterns.bigbird), averaged over the context: the first
+    and last (global) blocks see every key; the others their 3-block window, the global blocks and r random
+    ones (as many as can be drawn), the second and last but one a window block fewer (a global one)."""
+    b, n = cfg.block_size, -(-context // cfg.block_size)
+    if context <= cfg.dense_max_len or n <= 3:  # shorter sequences attend fully; or every block is seen
+        return Fraction(context)
+    last, r = context - (n - 1) * b, cfg.n_random_blocks if cfg.random_block_choice != "first" else 0
+    pairs = (b + last) * context + 2 * b * (3 * b + last + min(r, n - 4) * b)
+    pairs += (n - 4) * b * (4 * b + last + max(0, min(r, n - 5)) * b)
+    return Fraction(pairs, context)
 
 
 def _extra_macs(cfg: ModelConfig, pattern: str, context: int, q_dim: int, kv_dim: int) -> Fraction:

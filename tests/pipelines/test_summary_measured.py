@@ -8,7 +8,7 @@ import lmforge
 from lmforge.heads import make_head
 from lmforge.layers.patterns import pattern_mask
 from lmforge.model import from_config
-from lmforge.pipelines.summary import _attended_keys, flops_per_token
+from lmforge.pipelines.summary import _attended_keys, config_parameter_counts, flops_per_token
 
 
 @pytest.mark.parametrize("preset,fields,T", [
@@ -54,3 +54,11 @@ def test_bigbird_keys_are_its_mask_s_visible_pairs_shared_over_the_context(field
     cfg, pos = lmforge.tiny("bigbird-base", **fields), torch.arange(T)
     pairs = int(pattern_mask(cfg, "bigbird", pos, pos, False, None, 1).sum())
     assert T * _attended_keys(cfg, "bigbird", T, cfg.window) == pairs
+
+
+def test_a_pruned_mixed_longformer_schedule_counts_as_its_built_model():
+    """A full layer beside Longformer layers with global projections: its one-layer sample had kept
+    global_projections and was refused (a ConfigError naming it) before anything was counted."""
+    cfg = lmforge.tiny("longformer-base", n_layers=3, attention_schedule=["longformer", "full", "longformer"])
+    cfg = cfg.replace(pruned_heads={"encoder.1": [1], "encoder.2": [0, 3]})
+    assert config_parameter_counts(cfg)["total"] == from_config(cfg).num_parameters()

@@ -39,10 +39,9 @@ def _window_counts(cfg: ModelConfig) -> dict:
 
 
 def _attended_keys(cfg: ModelConfig, pattern: str, context: int, window: int) -> int | Fraction:
-    """Keys each query attends to under `pattern` (of a layer whose window is `window`) at sequence
-    length `context`, as layers/patterns.py's masks have it: a band of w keys before a token (causal) or
-    w // 2 each side (bidirectional), for a query away from the sequence's edges (as causality is not
-    discounted: Kaplan et al.)."""
+    """Keys each query attends to under `pattern` (of a layer whose window is `window`) at `context` tokens,
+    as layers/patterns.py's masks have it: a band of w keys before a token (causal) or w // 2 each side,
+    for a query away from the sequence's edges (as causality is not discounted: Kaplan et al.)."""
     causal = cfg.architecture == "decoder"  # an encoder-decoder's encoder: its decoder's are full
     band = window if causal else 2 * (window // 2) + 1
     if pattern in ("sliding-window", "dilated"):
@@ -70,11 +69,10 @@ def _bigbird_keys(cfg: ModelConfig, context: int) -> Fraction:
 
 
 def _extra_macs(cfg: ModelConfig, pattern: str, context: int, q_dim: int, kv_dim: int) -> Fraction:
-    """Multiply-adds per token of a self-attention of `pattern` (of q_dim query and kv_dim key/value
-    features) beside its q, k, v, output and attention over its keys: Linformer's key and value
-    projections along the sequence (k x T each), Longformer's global q, k, v projections (of every token)
-    and its global tokens' rows over every key, XLNet's relative position terms (W_r of the 2T - 1
-    distances, every query against each)."""
+    """Multiply-adds a token of a `pattern` self-attention (q_dim query, kv_dim key/value features) beside
+    its q, k, v, output and keys: Linformer's key and value projections along the sequence (k x T each),
+    Longformer's global q, k, v of every token and global rows over every key, XLNet's relative position
+    terms (W_r of the 2T - 1 distances, every query against each)."""
     macs = Fraction(0)
     if pattern == "linformer":
         macs += 2 * cfg.linformer_k * kv_dim
@@ -157,6 +155,8 @@ def _sample(cfg: ModelConfig, patterns: list, decoder_layers: int) -> ModelConfi
                "attention_schedule": patterns if cfg.attention_schedule else None}
     if cfg.window_schedule:  # windows change masks, never shapes
         changes["window"] = max(cfg.window_schedule)
+    if cfg.global_projections and "longformer" not in patterns:  # no Longformer layer: none to hold them
+        changes["global_projections"] = False
     if cfg.architecture == "encoder-decoder":
         changes["n_decoder_layers"] = decoder_layers
     return cfg.replace(**changes)

@@ -46,8 +46,8 @@ def _attended_keys(cfg: ModelConfig, pattern: str, context: int, window: int) ->
     band = window if causal else 2 * (window // 2) + 1
     if pattern in ("sliding-window", "dilated"):
         return min(context, band)
-    if pattern == "longformer":  # the band is bidirectional before any causality
-        return min(context, (window // 2 + 1 if causal else 2 * (window // 2) + 1) + cfg.n_global_tokens)
+    if pattern == "longformer":  # bidirectional only (config checks), as are bigbird and linformer
+        return min(context, band + cfg.n_global_tokens)
     if pattern == "bigbird":
         return _bigbird_keys(cfg, context)
     if pattern == "linformer":  # keys projected along the sequence to k rows, whatever its length

@@ -119,3 +119,16 @@ def test_an_int8_model_is_refused_not_pruned_into_one_that_will_not_load():
     with pytest.raises(ValueError, match="int8-quantised .*prune the fp32 model"):
         prune_ffn(model, importance, 0.5)
     assert model.config.ffn_sizes is None
+
+
+def test_a_model_whose_config_refuses_the_widths_is_left_untouched():
+    """ALBERT's layers share one FFN, so per-layer widths are refused: the shared FFN was shrunk first and
+    the model left at half its units under a config still saying d_ff, after the ConfigError."""
+    model = lmforge.build(lmforge.tiny("albert-base"))
+    modules = ffn_modules(model)
+    before = {key: ffn.down.in_features for key, ffn in modules.items()}
+    importance = {key: torch.arange(width, dtype=torch.float) for key, width in before.items()}
+    with pytest.raises(ConfigError, match="separate layers"):
+        prune_ffn(model, importance, 0.5)
+    assert {key: ffn.down.in_features for key, ffn in ffn_modules(model).items()} == before
+    assert model.config.ffn_sizes is None

@@ -85,15 +85,15 @@ def prune_ffn(model: Transformer, importance: dict, sparsity: float) -> dict:
     modules = ffn_modules(model)
     if set(importance) != set(modules):
         raise ValueError(f"importance covers {sorted(importance)}, the model has {sorted(modules)}")
-    sizes = {}
+    keep = {key: importance[key].topk(units_kept(ffn.down.in_features, sparsity)).indices.sort().values
+            for key, ffn in modules.items()}
+    sizes = {key: len(kept) for key, kept in keep.items()}
+    # the config first: one that refuses the widths (ALBERT's shared layers) leaves the model untouched
+    config = model.config.replace(ffn_sizes={**(model.config.ffn_sizes or {}), **sizes})
     for key, ffn in modules.items():
-        width = ffn.down.in_features
-        keep_n = units_kept(width, sparsity)
-        keep = importance[key].topk(keep_n).indices.sort().values
-        sizes[key] = keep_n
-        if keep_n < width:
-            _shrink(ffn, keep)
-    model.config = model.config.replace(ffn_sizes={**(model.config.ffn_sizes or {}), **sizes})
+        if sizes[key] < ffn.down.in_features:
+            _shrink(ffn, keep[key])
+    model.config = config
     for stack in (getattr(model, "encoder", None), getattr(model, "decoder", None)):
         if isinstance(stack, nn.Module) and hasattr(stack, "cfg"):
             stack.cfg = model.config

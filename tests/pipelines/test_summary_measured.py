@@ -46,6 +46,17 @@ def test_attended_keys_are_what_the_pattern_mask_shows_a_query_away_from_the_edg
     assert int(mask[0, 0, row].sum()) == _attended_keys(cfg, cfg.attention, T, cfg.window)
 
 
+@pytest.mark.parametrize("preset,T", [("gpt2", 32), ("bert-base", 32), ("bert-base", 31), ("gpt2", 8)])
+def test_dilated_keys_at_a_context_shorter_than_the_dilated_band_are_every_d_th(preset, T):
+    """Window 16, dilation 4 spans 61 positions: at T = 32 the last (middle) query sees 8 keys, 16 (17)
+    were charged, twice the scores and mixing the mask lets it compute."""
+    cfg, pos = lmforge.tiny(preset, attention="dilated", window=16, dilation=4), torch.arange(T)
+    causal = cfg.architecture == "decoder"
+    mask = pattern_mask(cfg, "dilated", pos, pos, causal, None, 0)
+    row = T - 1 if causal else T // 2
+    assert int(mask[0, 0, row].sum()) == _attended_keys(cfg, "dilated", T, cfg.window)
+
+
 @pytest.mark.parametrize("fields,T", [({}, 64), ({}, 30), ({"n_random_blocks": 1}, 64),
                                       ({"random_block_choice": "first"}, 64)])
 def test_bigbird_keys_are_its_mask_s_visible_pairs_shared_over_the_context(fields, T):

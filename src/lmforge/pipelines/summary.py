@@ -39,15 +39,14 @@ def _window_counts(cfg: ModelConfig) -> dict:
 
 
 def _attended_keys(cfg: ModelConfig, pattern: str, context: int, window: int) -> int | Fraction:
-    """Keys each query attends to under `pattern` (of a layer whose window is `window`) at `context` tokens,
-    as layers/patterns.py's masks have it: a band of w keys before a token (causal) or w // 2 each side,
-    for a query away from the sequence's edges (as causality is not discounted: Kaplan et al.)."""
+    """Keys a query sees under `pattern` (window `window`) at `context` tokens in layers/patterns.py's masks:
+    the last query's (causal) or the middle one's, every d-th key if dilated (causality not discounted)."""
     causal = cfg.architecture == "decoder"  # an encoder-decoder's encoder: its decoder's are full
-    band = window if causal else 2 * (window // 2) + 1
-    if pattern in ("sliding-window", "dilated"):
-        return min(context, band)
-    if pattern == "longformer":  # bidirectional only (config checks), as are bigbird and linformer
-        return min(context, band + cfg.n_global_tokens)
+    step = cfg.dilation if pattern == "dilated" else 1  # a context shorter than the band holds T / d keys
+    sides = [min(window // 2, reach // step) for reach in (context // 2, (context - 1) // 2)]
+    band = min(window, -(-context // step)) if causal else 1 + sum(sides)
+    if pattern in ("sliding-window", "dilated", "longformer"):  # longformer: encoders only
+        return min(context, band + (cfg.n_global_tokens if pattern == "longformer" else 0))
     if pattern == "bigbird":
         return _bigbird_keys(cfg, context)
     if pattern == "linformer":  # keys projected along the sequence to k rows, whatever its length

@@ -18,6 +18,7 @@ from lmforge.pipelines.summary import _attended_keys, config_parameter_counts, f
     ("linformer-base", {"pruned_heads": {"encoder.0": [0, 2]}}, 32),  # a pruned head's share of E, F
     ("longformer-base", {}, 5),  # T <= w / 2 + 1: all visible; global q, k, v of every token + G rows
     ("longformer-base", {"pruned_heads": {"encoder.1": [1]}}, 5),
+    ("longformer-base", {"n_global_tokens": 0}, 5),  # no global token: its q, k, v are not computed
     ("bigbird-base", {"dense_max_len": 48}, 48)])  # at most dense_max_len tokens attend fully (32 charged)
 def test_flops_per_token_are_what_a_forward_multiplies(preset, fields, T):
     """T tokens through the model and its LM head: FlopCounterMode's matmul FLOPs are T x flops_per_token."""

@@ -75,7 +75,7 @@ def _extra_macs(cfg: ModelConfig, pattern: str, context: int, q_dim: int, kv_dim
     macs = Fraction(0)
     if pattern == "linformer":
         macs += 2 * cfg.linformer_k * kv_dim
-    if pattern == "longformer" and cfg.global_projections:
+    if pattern == "longformer" and cfg.global_projections and cfg.n_global_tokens:  # none: Q_g, K_g, V_g idle
         macs += cfg.d_model * (q_dim + 2 * kv_dim) + 2 * min(cfg.n_global_tokens, context) * q_dim
     if cfg.position == "xl-relative":
         macs += Fraction((2 * context - 1) * (cfg.d_model + context) * q_dim, context)

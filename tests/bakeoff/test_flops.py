@@ -247,7 +247,8 @@ def test_shares_charge_each_part_on_the_positions_it_runs_on():
     assert every["generator_lm_head"] == pytest.approx(0.5 * upper["generator_lm_head"])
 
 
-@pytest.mark.parametrize("shares", [{"padded": 0.0}, {"maskable": 1.5}, {"tokens": float("nan")}])
+@pytest.mark.parametrize("shares", [{"padded": 0.0}, {"maskable": 1.5}, {"tokens": float("nan")},
+                                    {"squared": 0.0}])
 def test_shares_out_of_range_are_refused(shares):
     from lmforge.bakeoff.flops import Shares
 
@@ -273,9 +274,9 @@ def test_an_encoder_decoders_vocabulary_projection_runs_on_its_real_targets_only
 
 
 def test_a_denoiser_is_charged_at_its_examples_shares():
-    """BART's examples are a document's sentences, often short of T: the encoder and decoder run on the
-    padded length (Shares.padded), the vocabulary projection on the real target tokens (Shares.tokens)."""
-    from lmforge.bakeoff.flops import Shares, reads_shares
+    """BART's examples are a document's sentences, often short of T: the decoder runs on the padded length
+    (Shares.padded), the encoder unpadded and the vocabulary projection on the real tokens (Shares.tokens)."""
+    from lmforge.bakeoff.flops import Shares, packed_body, reads_shares
     from lmforge.pipelines.summary import flops_per_token
 
     cfg, spec = get_config("bart-base", vocab_size=V), objectives.get("denoising")
@@ -284,4 +285,21 @@ def test_a_denoiser_is_charged_at_its_examples_shares():
     short = forward_flops(spec, cfg, T, shares=Shares(padded=0.5, tokens=0.25))
     assert short["lm_head"] == pytest.approx(full["lm_head"] / 4)
     encoder_only = cfg.replace(architecture="encoder", n_decoder_layers=None)
-    assert short["encoder"] == pytest.approx(T / 2 * flops_per_token(encoder_only, T // 2, lm_head=False))
+    # the encoder unpadded (the trainer packs its input): its layers on the T / 4 real tokens
+    assert short["encoder"] == pytest.approx(packed_body(encoder_only, T / 4, T / 2, (T / 2) ** 2))
+    assert short["encoder"] < 0.6 * T / 2 * flops_per_token(encoder_only, T // 2, lm_head=False)
+
+
+@pytest.mark.parametrize("preset,overrides", [("bert-mini", {}), ("bert-mini", {"attention_dropout": 0.0}),
+                                              ("electra-small", {}), ("t5-small", {})])
+def test_an_unpadded_pass_without_padding_is_a_padded_one(preset, overrides):
+    """Where no position is padding, packing changes nothing: the count is the padded one, T x FLOPs per
+    token, whichever way the attention runs (per_sequence, or re-padded: dropout, T5's position bias)."""
+    from lmforge.bakeoff.flops import packed_body, per_sequence
+    from lmforge.pipelines.summary import flops_per_token
+
+    cfg = get_config(preset, vocab_size=V, **overrides).replace(architecture="encoder", n_decoder_layers=None)
+    assert per_sequence(cfg) == (preset == "bert-mini" and overrides == {"attention_dropout": 0.0})
+    body = T * flops_per_token(cfg, T, lm_head=False)
+    assert packed_body(cfg, T, T, T * T) == pytest.approx(body, rel=1e-12)
+    assert packed_body(cfg, T / 2, T, T * T / 4) < body

@@ -12,7 +12,7 @@ def test_a_valid_plan_loads_with_defaults(tiny_plan):
     plan = check_plan(tiny_plan)
     assert [a.name for a in plan.arms] == ["mlm", "electra"]
     assert plan.arm("electra").options == {"ratio": 0.5}
-    assert plan.seeds == (0,) and plan.budget == 4.0e8
+    assert plan.seeds == (0,) and plan.budget == 1.2e9
     assert plan.claims[0].better == "electra"
 
 
@@ -75,10 +75,10 @@ def test_shipped_plans_are_valid_and_state_claims():
 def test_yaml_exponents_without_a_dot_read_as_numbers(tmp_path, tiny_plan):
     import yaml
 
-    text = yaml.safe_dump(tiny_plan).replace("budget: 400000000.0", "budget: 4e8")
+    text = yaml.safe_dump(tiny_plan).replace("budget: 1200000000.0", "budget: 1.2e9")
     (tmp_path / "p.yaml").write_text(text.replace("lr: 0.001", "lr: 1e-3"))
     plan = load_plan(tmp_path / "p.yaml")
-    assert plan.budget == 4e8 and plan.pretrain["lr"] == 1e-3
+    assert plan.budget == 1.2e9 and plan.pretrain["lr"] == 1e-3
 
 
 def test_every_shipped_arm_builds_its_objective():

@@ -109,13 +109,13 @@ def test_a_changed_plans_report_shows_no_schedule_or_curve_of_the_old_one(tmp_pa
     """--report after the budget changed, before a rerun: the steps and FLOPs counted for the old budget are
     not shown as this plan's ("-50 % of the budget"), nor the old runs' curves."""
     old = check_plan(tiny_plan)
-    schedule = {a.name: {"steps": 10, "flops_per_step": 4e7, "flops": 4e8, "by_network": {}, "budget": 4e8,
-                         "fingerprint": schedule_key(old, a)} for a in old.arms}
+    schedule = {a.name: {"steps": 10, "flops_per_step": 1.2e8, "flops": 1.2e9, "by_network": {},
+                         "budget": 1.2e9, "fingerprint": schedule_key(old, a)} for a in old.arms}
     schedule["electra"]["shares"] = {"padded": 0.96, "tokens": 0.78, "maskable": 0.7}  # what a run measured
     (tmp_path / "schedule.json").write_text(json.dumps(schedule))
     _pretrain_run(tmp_path, old, "mlm", [{"step": s, "loss": 9 - s / 10} for s in range(1, 11)])
     text = write_report(old, tmp_path).read_text()
-    assert "- mlm: 10 steps x 4e+07 = 4e+08 FLOPs (+0.00 % of the budget)" in text
+    assert "- mlm: 10 steps x 1.2e+08 = 1.2e+09 FLOPs (+0.00 % of the budget)" in text
     assert "(+0.00 % of the budget; examples padded to 0.96, maskable tokens 0.70 of max_len)" in text
     assert (tmp_path / "learning_curves.png").is_file()
     assert set(json.loads((tmp_path / "report.json").read_text())["schedules"]) == {"mlm", "electra"}

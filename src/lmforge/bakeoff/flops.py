@@ -5,20 +5,20 @@ pass is about twice the forward: Kaplan et al. 2020, sec. 2.1), per example, x e
 The forward count is pipelines.summary.flops_per_token (2 FLOPs per multiply-add of every matmul).
 What each objective runs, per example of T = max_len tokens:
 
-- masked LM (BERT, RoBERTa, whole-word, NSP/SOP, SpanBERT): the encoder on the padded positions; the
+- masked LM (BERT, RoBERTa, whole-word, NSP/SOP, SpanBERT): the encoder unpadded (below); the
   vocabulary projection only on the positions selected, `rate` of the maskable tokens (MaskedLM
   computes it nowhere else); NSP/SOP's pooler + classifier once; SpanBERT's SBO on the selected
   positions; StructBERT's word-order task the vocabulary projection again on the shuffled `wso_rate`
   share of the maskable tokens left unmasked, and its sentence-order task a pooler + 3-way classifier once;
-- replaced-token detection (ELECTRA): the generator (its own config, generator_config) on the padded
-  positions with its LM head on the selected ones, plus the discriminator on the padded positions with
-  its RTD head (dense d -> d, score d -> 1) on each of them — ELECTRA is charged for both networks; its
-  MLM ablations the same generator, and the model's LM head on the selected positions (Replace MLM)
-  or on every non-padding token with the copy gate (All-Tokens MLM);
+- replaced-token detection (ELECTRA): the generator (its own config, generator_config) unpadded with
+  its LM head on the selected positions, plus the discriminator unpadded with its RTD head (dense
+  d -> d, score d -> 1) on each padded position — ELECTRA is charged for both networks; its MLM ablations
+  the same generator, and the model's LM head on the selected positions (Replace MLM) or on every
+  non-padding token with the copy gate (All-Tokens MLM);
 - encoder-decoders (T5 span corruption and denoisers, prefix LM, BART denoising): the encoder on its input
-  tokens and the decoder on its target tokens, padded (self-attention over the targets, cross-attention
-  over the inputs, whose keys and values are projected once per input), the vocabulary projection on the
-  real target tokens only (seq2seq.teacher_forced_loss);
+  tokens, unpadded, and the decoder on its target tokens, padded (self-attention over the targets,
+  cross-attention over the inputs, whose keys and values are projected once per input), the vocabulary
+  projection on the real target tokens only (seq2seq.teacher_forced_loss);
 - causal LM: the decoder on T tokens, the vocabulary on the T - 1 that have a next token; a decoder's
   prefix LM: the decoder on T tokens, the vocabulary on the continuation only (T - P positions for a
   split point P uniform in [1, T - 1]: T / 2 on average), as PrefixLM computes it;
@@ -28,15 +28,24 @@ What each objective runs, per example of T = max_len tokens:
   projection on the continuation's T / 2 + 1 tokens on average, whatever the micro-batch;
 
 What runs depends on the data where examples are shorter than T or hold special tokens: a micro-batch
-is padded to its longest example, every network runs on every padded position, and a masked LM selects
-`rate` of the maskable tokens (not [CLS], [SEP], padding). Shares (measured by bakeoff/sample.py on a
-fixed sample of the arm's own examples) says what part of T each of these is; without it (Shares()) every
-example is charged at the full T, padding included, every position maskable: an upper bound. With
-them a step's count is within about 1 % of what torch's FlopCounterMode measures on the arm's batches
-(SpanBERT's spans, which never touch a text's ends, fall a little short of `rate` in short texts: charged
-at `rate`). Decoders, span corruption and prefix LMs are charged as above at T (their blocks fill T); a
-denoiser at its Shares (BART's documents fall short of T; T5's BERT-style and deshuffling blocks, with the
-</s> they append, fill it).
+is padded to its longest example, and a masked LM selects `rate` of the maskable tokens (not [CLS], [SEP],
+padding). The trainer runs the model through lmforge.optimize, which unpads every encoder pass in training
+(fast/execution.py; not a decoder cross-attending, a compiled model, nor under a forward hook): its
+position-wise layers run on the real tokens only, the embedding's E -> d projection on the padded ones,
+attention per sequence on its real length (sum of L^2 keys x queries) where the mask is padding alone
+and there is no attention dropout, else re-padded (P^2 each: packed_body, per_sequence). Charged on the
+padded length, equal counted FLOPs had been unequal compute (COUNTING 5, measured against the unpadded
+run: the roberta plan's arms 20-54 % over, by their padding share, t5's prefix LM 18 %, span corruption
+0 %). The count follows the CPU; on CUDA a bidirectional mask of padding alone attends per sequence with
+dropout too (one jagged call), which the count charges re-padded: the CPU plans' arms would be counted
+2-7 % over what a GPU runs, more the more padding (the roberta plan's 3 % to 7 %). Shares (measured by
+bakeoff/sample.py on a fixed sample of the arm's own examples) says what part of T each of these is;
+without it (Shares()) every example is charged at the full T, padding included, every position maskable:
+an upper bound. With them a step's count is within about 1 % of what torch's FlopCounterMode measures on
+the arm's batches run unpadded (SpanBERT's spans, which never touch a text's ends, fall a little short of
+`rate` in short texts: charged at `rate`). Decoders, span corruption and prefix LMs are charged as above
+at T (their blocks fill T); a denoiser at its Shares (BART's documents fall short of T; T5's BERT-style and
+deshuffling blocks, with the </s> they append, fill it).
 """
 from __future__ import annotations
 
@@ -46,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lmforge.config import ModelConfig
+from lmforge.layers.positions import BIASES
 from lmforge.objectives import ObjectiveSpec
 from lmforge.objectives.denoising import Denoising
 from lmforge.objectives.electra_mlm import ElectraMLM
@@ -64,8 +74,10 @@ from lmforge.pipelines.summary import flops_per_token, projection_width
 # vocabulary projection (and SBO) at the width it reads (d_model for an untied decoder without a transform),
 # an encoder-decoder's decoder's own E -> d projection, a causal LM's vocabulary on T - 1 positions; 4: an
 # encoder-decoder's vocabulary on its real target tokens (a prefix LM's T / 2 + 1, not its padded side), a
-# denoiser at its Shares; 5: T5's denoisers' Shares with the </s> they append (ExampleFormat.reserve)
-COUNTING = 5
+# denoiser at its Shares; 5: T5's denoisers' Shares with the </s> they append (ExampleFormat.reserve); 6: an
+# encoder pass on its real tokens, as the trainer unpads it (packed_body; the roberta plan's arms had been
+# 20-54 % over what ran, t5's prefix LM 18 %, its span corruption 0 %)
+COUNTING = 6
 
 BACKWARD_FACTOR = 3  # forward + backward (about 2x the forward)
 TOLERANCE = 0.02  # each arm's counted FLOPs within 2 % of the plan's budget
@@ -84,18 +96,45 @@ class Shares:
     padded: float = 1.0  # the length a micro-batch is padded to (expected): where the networks run
     tokens: float = 1.0  # non-padding tokens: All-Tokens MLM's and a denoiser's vocabulary projection
     maskable: float = 1.0  # non-special, non-padding tokens: what a masked LM selects `rate` of
+    squared: float = 1.0  # the mean squared number of non-padding tokens, over T^2: attention per sequence
 
     def __post_init__(self) -> None:
-        for name in ("padded", "tokens", "maskable"):  # a text of special tokens alone: nothing maskable
+        # a text of special tokens alone: nothing maskable
+        for name in ("padded", "tokens", "maskable", "squared"):
             value, low = getattr(self, name), 0 if name == "maskable" else 1e-9
             if not (isinstance(value, (int, float)) and low <= value <= 1):
                 raise ValueError(f"Shares.{name} must be in [{low:g}, 1], got {value!r}")
 
 
+def per_sequence(cfg: ModelConfig) -> bool:
+    """Whether the trainer on the CPU attends an unpadded batch sequence by sequence (fast/execution.py:
+    full attention of padding only, no position bias or rotation, no attention dropout); else re-padded."""
+    plain = cfg.position not in (*BIASES, "rotary", "xl-relative") and cfg.attention_dropout == 0
+    return plain and all(pattern == "full" for pattern in cfg.layer_patterns())
+
+
+def packed_body(cfg: ModelConfig, tokens: float, padded: float, squared: float) -> float:
+    """Forward FLOPs of an encoder pass without its LM head, unpadded as the trainer runs it (fast/packing.py)
+    for an example of `tokens` real tokens (mean squared length `squared`) in a micro-batch padded to
+    `padded`: the embedding's E -> d projection on the padded positions (it runs before packing), every
+    other position-wise layer on the real tokens, attention per sequence (per_sequence: `squared` keys
+    x queries) or re-padded (`padded` each)."""
+    one, two = (flops_per_token(cfg, n, lm_head=False) for n in (1, 2))
+    fixed = 2 * one - two  # a token's FLOPs whatever its keys: projections, FFN, the embedding's
+    embed = 2 * cfg.embed_dim * cfg.d_model if cfg.embed_dim != cfg.d_model else 0
+    if per_sequence(cfg):  # full attention: linear in the keys
+        attention = squared * (two - one)
+    else:
+        attention = padded * (flops_per_token(cfg, max(1, round(padded)), lm_head=False) - fixed)
+    return tokens * (fixed - embed) + padded * embed + attention
+
+
 def _body(cfg: ModelConfig, T: int, shares: Shares) -> float:
-    """Forward FLOPs of a network without its LM head on one example padded to shares.padded x T."""
+    """Forward FLOPs of an encoder without its LM head on one example of shares.tokens x T real tokens in a
+    micro-batch padded to shares.padded x T, unpadded (packed_body); no more real tokens than that length
+    (Shares(padded=0.5): every position of it real)."""
     padded = shares.padded * T
-    return padded * flops_per_token(cfg, max(1, round(padded)), lm_head=False)
+    return packed_body(cfg, min(shares.tokens * T, padded), padded, min(shares.squared * T * T, padded ** 2))
 
 
 def head_flops(cfg: ModelConfig, context: int) -> int:
@@ -192,13 +231,25 @@ def _predicted(cls, options: dict, T: int, shares: Shares) -> float:
     return padded_split(T) + 1
 
 
+def _real_inputs(cls, options: dict, T: int, shares: Shares) -> tuple:
+    """(real tokens, their mean square) of an encoder-decoder's input, the encoder's unpadded length: span
+    corruption's blocks fill their length, a denoiser's text its Shares, a prefix LM's prefix + </s>."""
+    if isinstance(cls, type) and issubclass(cls, SpanCorruption):
+        n_in = seq2seq_lengths(cls, options, T)[0]
+        return n_in, n_in ** 2
+    if isinstance(cls, type) and issubclass(cls, Denoising):
+        return shares.tokens * T, shares.squared * T * T
+    sides = np.arange(2, max(int(T) - 1, 1) + 2)  # P + 1 for a split point P uniform in [1, T - 1]
+    return float(sides.mean()), float((sides ** 2).mean())
+
+
 def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int, micro_batch: int, shares: Shares) -> dict:
-    """The encoder on n_in tokens; the decoder on n_out, its self-attention over the n_out targets, its
-    cross-attention over the n_in inputs, whose keys and values are projected once per input token; the
-    vocabulary projection on the real target tokens (_predicted)."""
+    """The encoder on n_in tokens, unpadded (packed_body); the decoder on n_out padded (cross-attention keeps
+    the padded layout), its self-attention over the n_out targets, its cross-attention over the n_in inputs,
+    whose keys and values are projected once per input token; the vocabulary projection on the real target
+    tokens (_predicted)."""
     n_in, n_out = seq2seq_lengths(cls, options, T, micro_batch, shares)
     keys_in, keys_out = max(1, round(n_in)), max(1, round(n_out))
-    encoder = flops_per_token(_encoder_config(cfg), keys_in, lm_head=False)
     # flops_per_token charges a decoder token's self- and cross-attention over the same `context`, and
     # cross-attention's k, v projections per decoder token: right where n_in == n_out (BART, prefix LM),
     # not for T5's span corruption (targets a quarter of the input): counted at n_out, then mended
@@ -207,7 +258,9 @@ def _seq2seq(cls, cfg: ModelConfig, options: dict, T: int, micro_batch: int, sha
     q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     cross = 2 * cfg.decoder_layers * (n_out * 2 * (keys_in - keys_out) * q_dim  # scores, mixing: n_in keys
                                       + (n_in - n_out) * 2 * cfg.d_model * kv_dim)  # k, v of each input
-    return {"encoder": n_in * encoder, "decoder": n_out * decoder + cross,
+    real, squared = _real_inputs(cls, options, T, shares)  # no more than the padded length holds
+    return {"encoder": packed_body(_encoder_config(cfg), min(real, n_in), n_in, min(squared, n_in ** 2)),
+            "decoder": n_out * decoder + cross,
             "lm_head": _predicted(cls, options, T, shares) * head_flops(cfg, keys_out)}
 
 

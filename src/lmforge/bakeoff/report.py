@@ -31,7 +31,8 @@ REPRODUCED, REVERSED, UNRESOLVED = "reproduced", "reversed", "not resolved at th
 ALPHA = 0.05  # a verdict's two-sided significance level (Welch's t-test)
 SD = "sample standard deviation over seeds (n - 1 in the denominator; none for one seed)"
 COUNTED = ("training FLOPs = 3 x the forward pass's matmul FLOPs (bakeoff/flops.py), each part on the "
-           "positions it runs on: the networks on the padded length of a micro-batch, a masked LM's "
+           "positions it runs on: an encoder on the real tokens of a micro-batch (the trainer unpads; "
+           "attention re-padded where the CPU runs it so), a decoder on the padded length, a masked LM's "
            "vocabulary projection on rate x the maskable tokens (not special tokens, not padding), both "
            "measured on a fixed sample of the arm's own examples (bakeoff/sample.py; an arm with a "
            "checkpoint's tokenizer: every position, an upper bound), a prefix LM's on the continuation; "

@@ -25,7 +25,8 @@ SAMPLE_EXAMPLES = 4096  # examples measured: each share known to well under 1 %
 
 def measure(examples, special: set, T: int, micro_batch: int, reserve: int = 0) -> Shares:
     """The Shares of `examples` (their first SAMPLE_EXAMPLES) of up to T tokens, in micro-batches of
-    `micro_batch`: padded length, non-padding and maskable (not `special`) tokens, each over T; `reserve`:
+    `micro_batch`: padded length, non-padding and maskable (not `special`) tokens, each over T, and the
+    mean squared non-padding length over T^2 (attention sequence by sequence); `reserve`:
     the special tokens its objective appends to each (ExampleFormat.reserve: T5's </s>), run on too."""
     rows = [e["input_ids"] for e in islice(examples, SAMPLE_EXAMPLES)]
     if not rows:  # no example to measure: every position, the upper bound
@@ -33,7 +34,8 @@ def measure(examples, special: set, T: int, micro_batch: int, reserve: int = 0) 
     lengths = [len(r) + reserve for r in rows]
     maskable = sum(sum(t not in special for t in r) for r in rows) / len(rows)
     return Shares(padded=min(1.0, expected_longest(lengths, micro_batch) / T),
-                  tokens=min(1.0, float(np.mean(lengths)) / T), maskable=min(1.0, maskable / T))
+                  tokens=min(1.0, float(np.mean(lengths)) / T), maskable=min(1.0, maskable / T),
+                  squared=min(1.0, float(np.mean(np.square(lengths))) / T ** 2))
 
 
 def sample_documents(corpus: list, tokenizer, cache: dict) -> list:

@@ -152,6 +152,18 @@ def test_what_the_plan_sets_is_refused_in_a_pretraining_recipe(tiny_plan, key):
         check_plan(tiny_plan, "my.yaml")
 
 
+@pytest.mark.parametrize("where", ["pretrain", "arms"])
+def test_a_compiled_pretraining_run_is_refused(tiny_plan, where):
+    """A compiled model is never unpadded, so it would run its padding over the budget, which charges an
+    arm's real tokens alone (bakeoff/flops.py): its arm would get more compute than the others, unsaid."""
+    recipe = tiny_plan["pretrain"] if where == "pretrain" else tiny_plan["arms"][0].setdefault("train", {})
+    recipe["compile"] = True
+    with pytest.raises(PlanError, match=r"\.compile: a compiled run computes its padding"):
+        check_plan(tiny_plan, "my.yaml")
+    recipe["compile"] = False
+    check_plan(tiny_plan, "my.yaml")
+
+
 def test_the_steps_a_budget_buys_are_bounded_as_trainconfig_bounds_steps():
     steps = next(f for f in dataclasses.fields(TrainConfig) if f.name == "steps").metadata
     assert BOUNDS["steps"] == (steps["low"], steps["high"])

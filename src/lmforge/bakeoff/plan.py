@@ -326,6 +326,9 @@ def _check_recipes(pretrain: dict, finetune: dict, arms: tuple, source: str) -> 
         for key in NOT_IN_PRETRAIN:
             if key in options:
                 _fail(f"{where}.{key}", "is set by the plan (budget, seeds), not here")
+        if options.get("compile"):  # a compiled model is never unpadded (fast/execution.py)
+            _fail(f"{where}.compile", "a compiled run computes its padding, which the budget's count (real "
+                  "tokens, bakeoff/flops.py) does not charge: bake-off arms train eagerly")
         if "max_len" in options:
             _option(RecipeOptions, "max_len", options["max_len"], f"{where}.max_len")
         # an arm's run takes the plan's options, then its own (runner.pretrain_options)
